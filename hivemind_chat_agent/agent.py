@@ -1,0 +1,160 @@
+"""`HiveMindChatAgent`: the ovos-plugin-manager ChatEngine shell around sessions, pool and turns."""
+import queue
+import threading
+import time
+import uuid
+import weakref
+from typing import Any, Dict, Iterable, Iterator, List, Optional
+
+from ovos_plugin_manager.templates.agents import AgentMessage, ChatEngine, MessageRole
+from ovos_utils.log import LOG
+
+from hivemind_chat_agent.config import ClientConfig
+from hivemind_chat_agent.connection import HubConnection, TurnHandle, preferred_ciphers
+from hivemind_chat_agent.errors import (AgentClosedError, ConnectionLostError,
+                                        HiveMindChatError, TurnTimeoutError)
+from hivemind_chat_agent.pool import ConnectionPool
+from hivemind_chat_agent.sessions import SessionBook
+from hivemind_chat_agent.turns import Ended, Sentence, TurnState
+
+
+class _SessionLock:
+    """A lock that can live in a WeakValueDictionary, so idle sessions cost nothing."""
+    __slots__ = ("lock", "__weakref__")
+
+    def __init__(self):
+        self.lock = threading.Lock()
+
+
+class HiveMindChatAgent(ChatEngine):
+    """Chat with a remote OVOS hub over an authenticated, encrypted HiveMind connection.
+
+    Stateless like the OVOS messagebus chat agent: only the latest user message is sent, and
+    multi-turn state travels in the OVOS Session kept in SessionManager per session_id.
+    """
+
+    def __init__(self, config: Optional[Dict[str, Any]] = None):
+        super().__init__(config)
+        self.settings = ClientConfig.from_dict(self.config)
+        self.sessions = SessionBook(self.settings.default_session_id, self.settings.site_id)
+        self.pool = ConnectionPool(self.settings)
+        self._locks: "weakref.WeakValueDictionary[str, _SessionLock]" = \
+            weakref.WeakValueDictionary()
+        self._locks_guard = threading.Lock()
+        self._closed = False
+        preferred_ciphers()   # first connection should not pay for reading the CPU flags
+
+    # ---- ChatEngine API ----
+    def continue_chat(self, messages: List[AgentMessage], session_id: str = "default",
+                      lang: Optional[str] = None, units: Optional[str] = None,
+                      tools: Any = None) -> AgentMessage:
+        sentences = list(self._turn(messages, session_id, lang, units))
+        return AgentMessage(role=MessageRole.ASSISTANT, content="\n".join(sentences))
+
+    def stream_sentences(self, messages: List[AgentMessage], session_id: str = "default",
+                         lang: Optional[str] = None,
+                         units: Optional[str] = None) -> Iterable[str]:
+        """Yields each sentence the moment its `speak` arrives (a blocking queue, no polling)."""
+        return self._turn(messages, session_id, lang, units)
+
+    def stream_tokens(self, messages: List[AgentMessage], session_id: str = "default",
+                      lang: Optional[str] = None, units: Optional[str] = None) -> Iterable[str]:
+        return self.stream_sentences(messages, session_id, lang, units)
+
+    def shutdown(self) -> None:
+        """Close every connection and stop every thread of this agent; turns in flight end."""
+        self._closed = True
+        self.pool.close_all()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *_exc):
+        self.shutdown()
+
+    # ---- one turn ----
+    def _turn(self, messages, session_id, lang, units) -> Iterator[str]:
+        utterance = latest_user_utterance(messages)
+        sid = self.sessions.resolve(session_id)
+        slock = self._session_lock(sid)
+        with slock.lock:   # two turns of one session never interleave on the wire
+            if self._closed:
+                raise AgentClosedError("this agent was shut down; create a new one to chat again")
+            session = self.sessions.for_turn(sid, lang, units)
+            conn = self.pool.acquire(session)
+            try:
+                handle = conn.start_turn(session, utterance, uuid.uuid4().hex,
+                                         self.settings.timeout)
+            except HiveMindChatError:
+                self.pool.discard(sid)
+                raise
+            clean = False
+            try:
+                for event in self._events(conn, handle):
+                    if isinstance(event, Sentence):
+                        yield event.text
+                    else:
+                        clean = self._outcome(event, handle)
+            finally:
+                if not handle.turn.state.is_final:
+                    conn.abort(handle, "the caller stopped reading the answer")
+                conn.finish_turn(handle)
+                if not clean:   # late replies of this turn must not reach the next one
+                    self.pool.discard(sid)
+
+    @staticmethod
+    def _events(conn: HubConnection, handle: TurnHandle):
+        while True:
+            remaining = handle.turn.deadline - time.monotonic()
+            try:
+                event = handle.events.get(timeout=max(remaining, 0.0))
+            except queue.Empty:
+                conn.expire(handle)   # re-checks the rolling deadline under the lock
+                continue
+            yield event
+            if isinstance(event, Ended):
+                return
+
+    def _outcome(self, event: Ended, handle: TurnHandle) -> bool:
+        """True when the connection is still in step with the hub; raises for failed turns."""
+        state = event.state
+        if state in (TurnState.HANDLED, TurnState.UNMATCHED, TurnState.CANCELLED):
+            if state is not TurnState.HANDLED:
+                LOG.debug(f"turn ended: {event.reason}")
+            return True
+        if self._closed:
+            raise AgentClosedError("the agent was shut down during the turn")
+        if state is TurnState.TIMED_OUT:
+            if handle.turn.sentences:
+                LOG.warning(f"hub stopped mid-answer ({event.reason}); returning what arrived")
+                return False
+            raise TurnTimeoutError(
+                f"the hub accepted the utterance but sent no answer within "
+                f"{self.settings.timeout:g} s; raise `timeout` or check that the hub's skills "
+                "or engine are running")
+        if state is TurnState.LOST:
+            raise ConnectionLostError(
+                f"{event.reason}; the answer was lost. The next turn reconnects and the "
+                "conversation's session is kept")
+        return False
+
+    def _session_lock(self, sid: str) -> _SessionLock:
+        with self._locks_guard:
+            slock = self._locks.get(sid)
+            if slock is None:
+                slock = self._locks[sid] = _SessionLock()
+            return slock
+
+
+def latest_user_utterance(messages: List[Any]) -> str:
+    """The last USER message's text; accepts AgentMessage objects and OpenAI-style dicts."""
+    for message in reversed(list(messages or [])):
+        if isinstance(message, dict):
+            role, content = message.get("role"), message.get("content")
+        else:
+            role, content = getattr(message, "role", None), getattr(message, "content", None)
+        role = getattr(role, "value", role)
+        if role == MessageRole.USER.value and isinstance(content, str) and content.strip():
+            return content
+    raise HiveMindChatError("no user message to send: `messages` must end with a USER message "
+                            "that has text")

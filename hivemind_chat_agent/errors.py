@@ -1,0 +1,45 @@
+"""Typed failures of a HiveMind chat turn.
+
+Every message says what happened and what to do about it, because these reach a person (the CLI)
+or an operator reading a persona's log. No message ever contains an access key or a password.
+"""
+
+
+class HiveMindChatError(Exception):
+    """Base class: anything that kept a turn from getting its answer."""
+
+
+class ConfigurationError(HiveMindChatError):
+    """The agent's configuration is incomplete or contradictory."""
+
+
+class HubUnreachableError(HiveMindChatError):
+    """No HiveMind hub answered at the configured address."""
+
+
+class AuthenticationError(HiveMindChatError):
+    """The hub refused this client's credentials."""
+
+
+class AccessKeyRejectedError(AuthenticationError):
+    """The hub closed the connection on the access key, before any handshake."""
+
+
+class WrongPasswordError(AuthenticationError):
+    """The hub's handshake envelope does not match our password."""
+
+
+class HandshakeTimeoutError(HiveMindChatError):
+    """The websocket opened but the encrypted handshake did not finish in time."""
+
+
+class ConnectionLostError(HiveMindChatError):
+    """The connection to the hub dropped while a turn was waiting for its answer."""
+
+
+class TurnTimeoutError(HiveMindChatError):
+    """The hub accepted the utterance but said nothing within the timeout."""
+
+
+class AgentClosedError(HiveMindChatError):
+    """The agent was shut down; it takes no more turns."""

@@ -1,0 +1,179 @@
+"""A genuine hivemind-core hub on 127.0.0.1, started inside this process.
+
+Used by `hivemind-chat demo` (no hub at hand) and by the tests. It is the real thing: hivemind-core's
+`HiveMindListenerProtocol` and client database behind its tornado websocket handler, with an
+agent protocol of the caller's choice. Only what `HiveMindService.run` hard-wires is replaced:
+the socket is bound to loopback on a free port, the IO loop runs in a thread that can be stopped,
+and each hub gets its own handler class and client table so several hubs can share a process.
+
+hivemind-core reads its config and client database from the XDG folders on every connection,
+so while a LocalHub runs, this process's XDG_CONFIG_HOME / XDG_DATA_HOME point into its `home`.
+"""
+import asyncio
+import json
+import os
+import secrets
+import shutil
+import tempfile
+import threading
+from dataclasses import dataclass
+from typing import Dict, List, Optional
+
+from ovos_utils.log import LOG
+
+XDG_DIRS = {"XDG_CONFIG_HOME": "config", "XDG_DATA_HOME": "data",
+            "XDG_CACHE_HOME": "cache", "XDG_STATE_HOME": "state"}
+
+
+@dataclass(frozen=True)
+class HubCredentials:
+    host: str
+    port: int
+    key: str
+    password: str
+    name: str
+
+    def agent_config(self, **extra) -> dict:
+        """Config for `HiveMindChatAgent` talking to this hub as this client."""
+        return {"host": self.host, "port": self.port, "key": self.key,
+                "password": self.password, **extra}
+
+
+def hub_environment(home: str) -> Dict[str, str]:
+    """XDG variables that make hivemind-core (hub or CLI) use `home` for config and data."""
+    return {var: os.path.join(home, sub) for var, sub in XDG_DIRS.items()}
+
+
+def write_server_config(home: str, agent_protocol: Optional[dict] = None) -> str:
+    """hivemind-core's server.json for a loopback hub; returns its path."""
+    path = os.path.join(hub_environment(home)["XDG_CONFIG_HOME"], "hivemind-core", "server.json")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    config = {
+        "binarize": False,
+        "allowed_encodings": ["JSON-B64", "JSON-URLSAFE-B64", "JSON-B91", "JSON-Z85B",
+                              "JSON-Z85P", "JSON-B32", "JSON-HEX"],
+        "allowed_ciphers": ["AES-GCM", "CHACHA20-POLY1305"],
+        "agent_protocol": agent_protocol or {"module": "in-process"},
+        "binary_protocol": {"module": None},
+        "network_protocol": {"hivemind-websocket-plugin": {"host": "127.0.0.1", "port": 0}},
+        "database": {"module": "hivemind-json-db-plugin",
+                     "hivemind-json-db-plugin": {"name": "clients",
+                                                 "subfolder": "hivemind-core"}},
+    }
+    with open(path, "w") as f:
+        json.dump(config, f, indent=2)
+    return path
+
+
+class LocalHub:
+    """`with LocalHub(agent_protocol) as hub: creds = hub.add_client()`."""
+
+    def __init__(self, agent_protocol, home: Optional[str] = None, port: int = 0):
+        self.agent_protocol = agent_protocol
+        self._own_home = home is None
+        self.home = home or tempfile.mkdtemp(prefix="hivemind-chat-hub-")
+        self.host = "127.0.0.1"
+        self.port = port
+        self.protocol = None
+        self.db = None
+        self._loop = None
+        self._server = None
+        self._handlers: List = []
+        self._thread: Optional[threading.Thread] = None
+        self._saved_env: Dict[str, Optional[str]] = {}
+
+    # ---- lifecycle ----
+    def start(self) -> "LocalHub":
+        from hivemind_bus_client.identity import NodeIdentity
+        from hivemind_core.database import ClientDatabase
+        from hivemind_core.protocol import HiveMindListenerProtocol
+        from tornado.netutil import bind_sockets
+
+        env = hub_environment(self.home)
+        self._saved_env = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        for path in env.values():
+            os.makedirs(path, exist_ok=True)
+        server_json = os.path.join(env["XDG_CONFIG_HOME"], "hivemind-core", "server.json")
+        if not os.path.isfile(server_json):
+            write_server_config(self.home)
+        self.db = ClientDatabase()
+        self.protocol = HiveMindListenerProtocol(agent_protocol=self.agent_protocol,
+                                                 identity=NodeIdentity(), db=self.db)
+        self.protocol.clients = {}   # the class attribute is shared by every hub in a process
+        sockets = bind_sockets(self.port, self.host)
+        self.port = sockets[0].getsockname()[1]
+        ready = threading.Event()
+        self._thread = threading.Thread(target=self._serve, args=(sockets, ready),
+                                        daemon=True, name=f"hivemind-hub-{self.port}")
+        self._thread.start()
+        ready.wait(10)
+        LOG.info(f"local hivemind-core hub listening on ws://{self.host}:{self.port}")
+        return self
+
+    def _serve(self, sockets, ready: threading.Event):
+        from hivemind_websocket_protocol import HiveMindTornadoWebSocket
+        from tornado.httpserver import HTTPServer
+        from tornado.ioloop import IOLoop
+        from tornado.web import Application
+
+        asyncio.set_event_loop(asyncio.new_event_loop())
+        loop = IOLoop.current()
+        handlers = self._handlers
+
+        class Handler(HiveMindTornadoWebSocket):
+            def open(self):
+                handlers.append(self)
+                super().open()
+
+            def on_close(self):
+                if self in handlers:
+                    handlers.remove(self)
+                if getattr(self, "client", None) is not None:
+                    super().on_close()
+
+        Handler.hm_protocol = self.protocol
+        Handler.loop = loop
+        self._loop = loop
+        self._server = HTTPServer(Application([("/", Handler)]))
+        self._server.add_sockets(sockets)
+        ready.set()
+        loop.start()
+        loop.close(all_fds=True)
+
+    def stop(self) -> None:
+        loop, thread = self._loop, self._thread
+        if loop is not None and thread is not None and thread.is_alive():
+            def shutdown():
+                self._server.stop()
+                for handler in list(self._handlers):
+                    handler.close()
+                loop.call_later(0.05, loop.stop)
+            loop.add_callback(shutdown)
+            thread.join(timeout=5)
+        self._loop = self._thread = None
+        for var, value in self._saved_env.items():
+            if value is None:
+                os.environ.pop(var, None)
+            else:
+                os.environ[var] = value
+        self._saved_env = {}
+        if self._own_home:
+            shutil.rmtree(self.home, ignore_errors=True)
+
+    def __enter__(self) -> "LocalHub":
+        return self.start()
+
+    def __exit__(self, *_exc):
+        self.stop()
+
+    # ---- clients ----
+    def add_client(self, name: str = "hivemind-chat", key: Optional[str] = None,
+                   password: Optional[str] = None, admin: bool = False) -> HubCredentials:
+        """Register a client through hivemind-core's own database API."""
+        key = key or secrets.token_hex(16)
+        password = password or secrets.token_hex(16)
+        with self.db as db:
+            if not db.add_client(name, key, password=password, admin=admin):
+                raise RuntimeError(f"hivemind-core refused to add client {name!r}")
+        return HubCredentials(self.host, self.port, key, password, name)

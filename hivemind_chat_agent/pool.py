@@ -1,0 +1,122 @@
+"""Connections kept per session_id: opened on first use, reused, closed when idle, bounded (LRU).
+
+Closing a connection loses nothing: a conversation's state is its Session in SessionManager,
+which the next connection sends in its HELLO and with every utterance.
+"""
+import threading
+import time
+from collections import OrderedDict
+from typing import Callable, List, Optional
+
+from ovos_bus_client.session import Session
+from ovos_utils.log import LOG
+
+from hivemind_chat_agent.config import ClientConfig
+from hivemind_chat_agent.connection import HubConnection
+from hivemind_chat_agent.errors import AgentClosedError
+
+
+class ConnectionPool:
+    def __init__(self, config: ClientConfig,
+                 factory: Callable[[ClientConfig, Session], HubConnection] = HubConnection,
+                 clock: Callable[[], float] = time.monotonic):
+        self.config = config
+        self._factory = factory
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._conns: "OrderedDict[str, HubConnection]" = OrderedDict()
+        self._closed = False
+        self._stop = threading.Event()
+        self._reaper: Optional[threading.Thread] = None
+
+    def acquire(self, session: Session) -> HubConnection:
+        """The live connection for this session, connecting if needed (callers serialize per
+        session, so two connects for one session never race)."""
+        sid = session.session_id
+        with self._lock:
+            self._check_open()
+            conn = self._conns.get(sid)
+            if conn is not None:
+                if conn.alive:
+                    self._conns.move_to_end(sid)
+                    return conn
+                del self._conns[sid]
+        if conn is not None:
+            conn.close()
+        conn = self._factory(self.config, session).connect()
+        with self._lock:
+            if self._closed:
+                conn.close()
+                self._check_open()
+            self._conns[sid] = conn
+            evicted = self._evict_over_bound(keep=sid)
+            self._start_reaper()
+        for old in evicted:
+            old.close()
+        return conn
+
+    def discard(self, session_id: str) -> None:
+        """Drop a connection whose stream can no longer be trusted (lost, timed out, abandoned)."""
+        with self._lock:
+            conn = self._conns.pop(session_id, None)
+        if conn is not None:
+            conn.close()
+
+    def reap_idle(self) -> int:
+        now = self._clock()
+        with self._lock:
+            idle = [sid for sid, c in self._conns.items()
+                    if not c.busy and (now - c.last_used >= self.config.idle_timeout
+                                       or not c.alive)]
+            conns = [self._conns.pop(sid) for sid in idle]
+            conns += self._evict_over_bound(keep=None)
+        for conn in conns:
+            conn.close()
+        return len(conns)
+
+    def close_all(self) -> None:
+        with self._lock:
+            self._closed = True
+            conns = list(self._conns.values())
+            self._conns.clear()
+            reaper, self._reaper = self._reaper, None
+        self._stop.set()
+        for conn in conns:
+            conn.close()
+        if reaper is not None and reaper is not threading.current_thread():
+            reaper.join(timeout=5)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._conns)
+
+    def _check_open(self):
+        if self._closed:
+            raise AgentClosedError("this agent was shut down; create a new one to chat again")
+
+    def _evict_over_bound(self, keep: Optional[str]) -> List[HubConnection]:
+        evicted = []
+        for sid in list(self._conns):
+            if len(self._conns) <= self.config.max_connections:
+                break
+            conn = self._conns[sid]
+            if sid != keep and not conn.busy:
+                evicted.append(self._conns.pop(sid))
+        if len(self._conns) > self.config.max_connections:
+            LOG.debug(f"{len(self._conns)} connections are busy, over max_connections="
+                      f"{self.config.max_connections}; idle ones are closed as turns end")
+        return evicted
+
+    def _start_reaper(self):
+        if self._reaper is None:
+            self._reaper = threading.Thread(target=self._reap_loop, daemon=True,
+                                            name="hivemind-chat-reaper")
+            self._reaper.start()
+
+    def _reap_loop(self):
+        interval = max(0.05, min(self.config.idle_timeout / 2, 30.0))
+        while not self._stop.wait(interval):
+            try:
+                self.reap_idle()
+            except Exception as e:
+                LOG.debug(f"idle reaper: {type(e).__name__}: {e}")

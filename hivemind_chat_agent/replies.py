@@ -1,0 +1,72 @@
+"""Reading what the hub sends back: one untrusted bus payload in, one `Reply` (or `None`) out.
+
+Everything that arrives over the wire passes through `parse_reply` before any other code looks at
+it, so a malformed or hostile payload is rejected here, in one place, and never reaches a turn.
+"""
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Mapping, Optional, Tuple
+
+from hivemind_chat_agent.protocol_names import (CANCELLED_TYPES, HANDLED_TYPES, SPEAK_TYPES,
+                                                TURN_TAG_KEY, UNMATCHED_TYPES)
+
+MAX_UTTERANCE_CHARS = 100_000   # a longer "sentence" is not speech; drop it
+MAX_SESSION_KEYS = 200          # a serialized Session has ~20; far more means garbage
+
+
+class ReplyKind(str, Enum):
+    SPEAK = "speak"
+    HANDLED = "handled"
+    UNMATCHED = "unmatched"
+    CANCELLED = "cancelled"
+    OTHER = "other"             # any other message of the session: only refreshes its Session
+
+
+@dataclass(frozen=True)
+class Reply:
+    kind: ReplyKind
+    msg_type: str
+    session_id: str
+    session: Optional[Mapping[str, Any]]   # serialized Session, validated to be a dict
+    turn_tag: Optional[str]                 # our tag echoed back in context, if the hub kept it
+    utterance: str = ""
+
+
+def parse_reply(msg_type: Any, data: Any, context: Any) -> Tuple[Optional[Reply], str]:
+    """Return (reply, "") for a usable payload, or (None, why) for one to ignore."""
+    if not isinstance(msg_type, str) or not msg_type:
+        return None, "no message type"
+    if not isinstance(context, Mapping):
+        return None, f"{msg_type}: context is not a dict"
+    if data is None:
+        data = {}
+    if not isinstance(data, Mapping):
+        return None, f"{msg_type}: data is not a dict"
+    session = context.get("session")
+    if not isinstance(session, Mapping):
+        return None, f"{msg_type}: no session in context"
+    session_id = session.get("session_id")
+    if not isinstance(session_id, str) or not session_id:
+        return None, f"{msg_type}: session has no id"
+    if len(session) > MAX_SESSION_KEYS:
+        return None, f"{msg_type}: oversized session"
+    tag = context.get(TURN_TAG_KEY)
+    if tag is not None and not isinstance(tag, str):
+        return None, f"{msg_type}: malformed turn tag"
+
+    if msg_type in SPEAK_TYPES:
+        utterance = data.get("utterance")
+        if not isinstance(utterance, str):
+            return None, f"{msg_type}: utterance is not a string"
+        if len(utterance) > MAX_UTTERANCE_CHARS:
+            return None, f"{msg_type}: utterance of {len(utterance)} chars is too long"
+        return Reply(ReplyKind.SPEAK, msg_type, session_id, session, tag, utterance), ""
+    if msg_type in HANDLED_TYPES:
+        kind = ReplyKind.HANDLED
+    elif msg_type in UNMATCHED_TYPES:
+        kind = ReplyKind.UNMATCHED
+    elif msg_type in CANCELLED_TYPES:
+        kind = ReplyKind.CANCELLED
+    else:
+        kind = ReplyKind.OTHER
+    return Reply(kind, msg_type, session_id, session, tag), ""

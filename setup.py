@@ -1,0 +1,33 @@
+import os
+
+from setuptools import find_packages, setup
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def requirements(name):
+    with open(os.path.join(HERE, name)) as f:
+        return [line.split("#")[0].strip() for line in f
+                if line.split("#")[0].strip() and not line.startswith("-")]
+
+
+setup(
+    name="hivemind-chat-agent",
+    version="0.1.0",
+    description="Chat with a remote OVOS hub over HiveMind as an OPM ChatEngine, and serve "
+                "HiveMind satellites with any chat engine",
+    long_description=open(os.path.join(HERE, "README.md")).read(),
+    long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    packages=find_packages(include=["hivemind_chat_agent", "hivemind_chat_agent.*"]),
+    python_requires=">=3.9",
+    install_requires=requirements("requirements.txt"),
+    extras_require={"test": requirements("requirements-test.txt")},
+    entry_points={
+        "opm.agents.chat": [
+            "hivemind-chat-agent=hivemind_chat_agent.agent:HiveMindChatAgent",
+        ],
+    },
+    classifiers=["License :: OSI Approved :: Apache Software License",
+                 "Programming Language :: Python :: 3"],
+)

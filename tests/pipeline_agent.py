@@ -1,0 +1,153 @@
+"""An agent protocol that answers like the OVOS pipeline, for a real hivemind-core hub in tests.
+
+It receives what hivemind-core injects on the agent bus (after the hub's own key, session and
+allowed-type checks), and answers on a worker thread, never on the hub's IO loop, with replies
+built by `Message.reply` as OVOS skills do, so context (and our turn tag) is kept. Each reply is
+sent to the asking peer through the IO loop, as a genuine agent plugin must.
+
+Utterances it understands (first word):
+  hello                 one sentence
+  count N               N sentences at once
+  slow N SECONDS        N sentences, SECONDS apart
+  fail                  complete_intent_failure, then handled
+  cancel                ovos.utterance.cancelled, then handled
+  silence               nothing at all
+  remember WORDS        stores WORDS in the Session (intent context), like a skill would
+  recall                reads it back from the Session that came with this utterance
+  lang                  says the Session's language
+  hostile               garbage of every kind, then one good sentence and handled
+  both                  newer OVOS: each sentence as "speak" and "ovos.utterance.speak"
+  untagged N            N sentences with the turn tag stripped from the replies
+"""
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from hivemind_bus_client.encryption import encrypt_as_json
+from hivemind_bus_client.message import HiveMessage, HiveMessageType
+from hivemind_plugin_manager.protocols import AgentProtocol
+from ovos_bus_client.message import Message
+from ovos_bus_client.session import Session
+from ovos_utils.fakebus import FakeBus
+from tornado.ioloop import IOLoop
+
+MEMORY_KEY = "TestMemory"
+
+
+class PipelineAgent(AgentProtocol):
+    def __init__(self, config=None, bus=None, hm_protocol=None, callbacks=None, **_):
+        super().__init__(config=config or {}, bus=bus or FakeBus(), hm_protocol=hm_protocol)
+        self._pool = ThreadPoolExecutor(max_workers=32)
+        self.bus.on("recognizer_loop:utterance", self._on_utterance)
+        self.seen = []
+
+    def _on_utterance(self, message: Message):
+        loop = IOLoop.current()   # we are on the hub's IO loop thread here
+        peer = message.context.get("peer")
+        self._pool.submit(self._answer, message, peer, loop)
+
+    def _send(self, loop, peer, reply: Message):
+        def send():
+            client = self.hm_protocol.clients.get(peer)
+            if client is not None:
+                client.send(HiveMessage(HiveMessageType.BUS, payload=reply))
+        loop.add_callback(send)
+
+    def _speak(self, loop, peer, message, text, msg_type="speak"):
+        self._send(loop, peer, message.reply(msg_type, {"utterance": text,
+                                                        "expect_response": False,
+                                                        "meta": {}, "lang": "en-US"}))
+
+    def _answer(self, message: Message, peer, loop):
+        try:
+            self._answer_or_raise(message, peer, loop)
+        except Exception:
+            import traceback
+            traceback.print_exc()
+
+    def _answer_or_raise(self, message: Message, peer, loop):
+        utterance = (message.data.get("utterances") or [""])[0]
+        words = utterance.split()
+        cmd, args = (words[0].lower(), words[1:]) if words else ("", [])
+        self.seen.append((peer, utterance, message.context.get("session", {}).get("session_id")))
+        sess = Session.from_message(message)
+        done = lambda: self._send(loop, peer, message.reply("ovos.utterance.handled", {}))
+        if cmd == "hello":
+            self._speak(loop, peer, message, "hello there")
+        elif cmd == "count":
+            for i in range(int(args[0])):
+                self._speak(loop, peer, message, f"sentence {i + 1}")
+        elif cmd == "slow":
+            for i in range(int(args[0])):
+                time.sleep(float(args[1]))
+                self._speak(loop, peer, message, f"slow sentence {i + 1}")
+        elif cmd == "fail":
+            self._send(loop, peer, message.reply("complete_intent_failure", {}))
+        elif cmd == "cancel":
+            self._send(loop, peer, message.reply("ovos.utterance.cancelled", {}))
+        elif cmd == "silence":
+            return
+        elif cmd == "remember":
+            sess.context.inject_context({"data": [[" ".join(args), MEMORY_KEY]],
+                                         "key": MEMORY_KEY, "confidence": 1.0})
+            sess.activate_skill("memory.test")
+            message.context["session"] = sess.serialize()
+            self._speak(loop, peer, message, "I will remember that")
+        elif cmd == "recall":
+            remembered = [e["data"][0][0]
+                          for frame, _ in sess.context.frame_stack
+                          for e in frame.entities if e.get("key") == MEMORY_KEY]
+            self._speak(loop, peer, message,
+                        f"you said {remembered[-1]}" if remembered else "I remember nothing")
+        elif cmd == "lang":
+            self._speak(loop, peer, message, f"language {sess.lang}")
+        elif cmd == "hostile":
+            self._hostile(loop, peer, message)
+        elif cmd == "both":
+            for i in range(2):
+                self._speak(loop, peer, message, f"twin {i + 1}")
+                self._speak(loop, peer, message, f"twin {i + 1}", "ovos.utterance.speak")
+        elif cmd == "untagged":
+            message.context.pop("hivemind_chat_turn", None)
+            for i in range(int(args[0])):
+                self._speak(loop, peer, message, f"untagged {i + 1}")
+        else:
+            self._speak(loop, peer, message, f"you said {utterance}")
+        done()
+
+    def _hostile(self, loop, peer, message: Message):
+        """Frames no well-behaved hub sends, encrypted with the client's key so they get past
+        decryption and reach the client's parsing."""
+        def raw(obj):
+            def send():
+                client = self.hm_protocol.clients.get(peer)
+                text = obj if isinstance(obj, str) else json.dumps(obj)
+                client.send_msg(encrypt_as_json(key=client.crypto_key, plaintext=text,
+                                                cipher=client.cipher,
+                                                encoding=client.encoding), False)
+            loop.add_callback(send)
+
+        bus = lambda payload: raw({"msg_type": "bus", "payload": payload})
+        other = dict(message.context)
+        other["session"] = dict(other["session"], session_id="someone-else",
+                                lang="xx-XX")
+        bus({"type": "speak", "data": "not a dict", "context": message.context})
+        bus({"type": "speak", "data": {"utterance": 42}, "context": message.context})
+        bus({"type": "speak", "data": {"utterance": "no session"}, "context": {}})
+        bus({"type": "speak", "data": {"utterance": "wrong session"}, "context": other})
+        bus({"type": "ovos.utterance.handled", "data": {}, "context": other})
+        bus({"type": "totally.unknown", "data": {"x": 1}, "context": message.context})
+        bus({"type": "speak", "data": {"utterance": "x" * 200_000},
+             "context": message.context})
+        bus({"type": "speak", "data": {"utterance": "bad session"},
+             "context": dict(message.context, session="not a dict")})
+        bus({"type": 7, "data": {}, "context": message.context})
+        bus(["not", "a", "message"])
+        raw("{ this is not json")
+        raw(["a", "list"])
+        self._speak(loop, peer, message, "still fine")
+
+
+def start_hub(home=None, port=0):
+    from hivemind_chat_agent.local_hub import LocalHub
+    return LocalHub(PipelineAgent(), home=home, port=port).start()
