@@ -181,7 +181,6 @@ class HubConnection:
         self._done = threading.Event()      # ready or failed, whichever first
         self._error: Optional[HiveMindChatError] = None
         self._opened = False
-        self._got_message = False
         self._closed = False
         self._pswd: Optional[PasswordHandShake] = None
         self._thread: Optional[threading.Thread] = None
@@ -293,7 +292,6 @@ class HubConnection:
         self._opened = True
 
     def _on_hive_message(self, message: HiveMessage):
-        self._got_message = True
         if message.msg_type == HiveMessageType.BUS:
             self._on_bus(message.payload)
         elif message.msg_type == HiveMessageType.HANDSHAKE:
@@ -358,6 +356,8 @@ class HubConnection:
             self._fail(HubUnreachableError(
                 f"connection refused by {self.config.url_host}:{self.config.port}; check host "
                 "and port and that hivemind-core is running"))
+        elif not self._ready.is_set() and self._opened:
+            self._on_socket_closed()
         elif not self._ready.is_set():
             self._fail(HubUnreachableError(
                 f"could not connect to {self.config.url_host}:{self.config.port} "
@@ -367,7 +367,7 @@ class HubConnection:
 
     def _on_socket_closed(self):
         if not self._ready.is_set():
-            if self._opened and not self._got_message:
+            if self._opened and self._pswd is None:
                 self._fail(AccessKeyRejectedError(
                     "the hub closed the connection before the handshake: it does not know this "
                     "access key; check the key or register it with `hivemind-core add-client`"))

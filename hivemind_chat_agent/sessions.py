@@ -10,6 +10,16 @@ from ovos_bus_client.session import Session, SessionManager
 from ovos_utils.log import LOG
 
 
+# Shapes of the serialized Session fields the pipeline reads; a reply that breaks them is not
+# stored (Session.deserialize would take it and fail later, in some skill, on the next turn).
+_FIELD_TYPES = {
+    "active_skills": list, "utterance_states": dict, "context": dict, "lang": str,
+    "site_id": str, "pipeline": list, "blacklisted_skills": list,
+    "blacklisted_intents": list, "persona_id": str, "system_unit": str,
+    "location": dict, "is_speaking": bool, "is_recording": bool,
+}
+
+
 class SessionBook:
     def __init__(self, default_session_id: str, site_id: Optional[str] = None):
         # "default" is ovos-core's own in-process session, and a 4.0 hub drops non-admin clients
@@ -45,6 +55,11 @@ class SessionBook:
         conversation's state.
         """
         if data.get("session_id") != session_id:
+            return False
+        wrong = [k for k, kinds in _FIELD_TYPES.items()
+                 if data.get(k) is not None and not isinstance(data[k], kinds)]
+        if wrong:
+            LOG.debug(f"ignoring session in reply with malformed fields: {wrong}")
             return False
         try:
             sess = Session.deserialize(dict(data))

@@ -15,6 +15,8 @@ Utterances it understands (first word):
   remember WORDS        stores WORDS in the Session (intent context), like a skill would
   recall                reads it back from the Session that came with this utterance
   lang                  says the Session's language
+  units                 says the Session's unit system
+  whoami                says the session_id the hub saw
   hostile               garbage of every kind, then one good sentence and handled
   both                  newer OVOS: each sentence as "speak" and "ovos.utterance.speak"
   untagged N            N sentences with the turn tag stripped from the replies
@@ -101,6 +103,10 @@ class PipelineAgent(AgentProtocol):
                         f"you said {remembered[-1]}" if remembered else "I remember nothing")
         elif cmd == "lang":
             self._speak(loop, peer, message, f"language {sess.lang}")
+        elif cmd == "units":
+            self._speak(loop, peer, message, f"units {sess.system_unit}")
+        elif cmd == "whoami":
+            self._speak(loop, peer, message, f"session {sess.session_id}")
         elif cmd == "hostile":
             self._hostile(loop, peer, message)
         elif cmd == "both":

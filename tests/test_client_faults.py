@@ -1,0 +1,123 @@
+"""Connection faults against a genuine hub: each ends quickly with a typed, actionable error."""
+import logging
+import threading
+import time
+
+import pytest
+from hivemind_bus_client.message import HiveMessage, HiveMessageType
+from ovos_bus_client.message import Message
+from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
+
+from conftest import agent_threads
+from hubs import free_port
+from hivemind_chat_agent import (AccessKeyRejectedError, AgentClosedError, ConnectionLostError,
+                                 HiveMindChatAgent, HiveMindChatError, HubUnreachableError,
+                                 WrongPasswordError)
+
+
+def test_wrong_access_key_fails_fast_and_stops_trying(hub, make_agent):
+    before = agent_threads()
+    agent = make_agent({"host": "127.0.0.1", "port": hub.port, "key": "not-a-registered-key",
+                        "password": "whatever"})
+    start = time.monotonic()
+    with pytest.raises(AccessKeyRejectedError, match="access key") as err:
+        agent.get_response("hello", session_id="badkey")
+    assert time.monotonic() - start < 5
+    assert isinstance(err.value, HiveMindChatError)
+    time.sleep(0.5)
+    assert agent_threads() - before == set()      # no reconnect loop left behind
+
+
+def test_wrong_password_fails_fast_and_says_so(hub, creds, make_agent):
+    before = agent_threads()
+    agent = make_agent(creds.agent_config(password="definitely-not-it"))
+    start = time.monotonic()
+    with pytest.raises(WrongPasswordError, match="password is wrong"):
+        agent.get_response("hello", session_id="badpass")
+    assert time.monotonic() - start < 5
+    time.sleep(0.5)
+    assert agent_threads() - before == set()
+
+
+def test_hub_down_fails_within_connect_timeout(make_agent):
+    agent = make_agent({"host": "127.0.0.1", "port": free_port(), "key": "k", "password": "p",
+                        "connect_timeout": 2})
+    start = time.monotonic()
+    with pytest.raises(HubUnreachableError, match="hivemind-core is running"):
+        agent.get_response("hello", session_id="down")
+    assert time.monotonic() - start < 2.5
+
+
+def test_hub_killed_mid_turn_then_restarted_conversation_goes_on(own_hub, make_agent):
+    creds = own_hub.add_client()
+    agent = make_agent(creds.agent_config(timeout=20))
+    assert agent.get_response("remember ada", session_id="phoenix") == "I will remember that"
+    stream = agent.stream_sentences([AgentMessage(MessageRole.USER, "slow 10 0.5")],
+                                    session_id="phoenix")
+    assert next(stream) == "slow sentence 1"
+    own_hub.kill()
+    killed = time.monotonic()
+    with pytest.raises(ConnectionLostError, match="next turn reconnects"):
+        for _ in stream:
+            pass
+    assert time.monotonic() - killed < 2          # not the 20 s turn timeout
+    with pytest.raises(HubUnreachableError):
+        agent.get_response("recall", session_id="phoenix")
+    own_hub.start()                               # same port, same client database
+    assert agent.get_response("recall", session_id="phoenix") == "you said ada"
+
+
+def test_shutdown_during_a_turn_ends_it_and_refuses_more(creds):
+    agent = HiveMindChatAgent(creds.agent_config(timeout=20))
+    errors = []
+
+    def chat():
+        try:
+            agent.get_response("slow 5 1", session_id="closing")
+        except HiveMindChatError as e:
+            errors.append(e)
+    t = threading.Thread(target=chat)
+    t.start()
+    time.sleep(1.5)
+    agent.shutdown()
+    t.join(5)
+    assert not t.is_alive() and isinstance(errors[0], AgentClosedError)
+    with pytest.raises(AgentClosedError):
+        agent.get_response("hello", session_id="closing")
+
+
+def test_bus_messages_are_never_sent_before_the_key_exists(creds):
+    from hivemind_chat_agent.config import ClientConfig
+    from hivemind_chat_agent.connection import HubConnection
+    from ovos_bus_client.session import Session
+    conn = HubConnection(ClientConfig.from_dict(creds.agent_config()), Session("plain"))
+    with pytest.raises(ConnectionLostError, match="encrypted"):
+        conn._transport.emit(HiveMessage(HiveMessageType.BUS, payload=Message("speak")))
+    with pytest.raises(ConnectionLostError):
+        conn._transport.emit(HiveMessage(HiveMessageType.HELLO, payload={}))
+
+
+def test_key_and_password_never_appear_in_our_logs(hub, creds, capfd):
+    from ovos_utils.log import LOG
+    old = LOG.level
+    LOG.set_level("DEBUG")
+    records = []
+    handler = logging.Handler()
+    handler.emit = lambda record: records.append(record.getMessage())
+    logging.getLogger().addHandler(handler)
+    try:
+        agent = HiveMindChatAgent(creds.agent_config())
+        agent.get_response("hostile", session_id="secrets")
+        agent.get_response("fail", session_id="secrets")
+        bad = HiveMindChatAgent(creds.agent_config(password="wrong-" + creds.password))
+        with pytest.raises(WrongPasswordError) as err:
+            bad.get_response("hello", session_id="secrets-2")
+        agent.shutdown()
+        bad.shutdown()
+    finally:
+        LOG.set_level(old)
+        logging.getLogger().removeHandler(handler)
+    out, errout = capfd.readouterr()
+    text = out + errout + "\n".join(records) + str(err.value) + repr(agent.settings)
+    assert "ignoring reply" in text      # our debug logging was captured
+    assert creds.key not in text and creds.password not in text

@@ -1,0 +1,190 @@
+"""HiveMindChatAgent against a genuine hivemind-core hub (separate process, 127.0.0.1)."""
+import threading
+import time
+
+import pytest
+from ovos_plugin_manager.agents import load_chat_plugin
+from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
+
+from conftest import agent_threads
+from hivemind_chat_agent import HiveMindChatAgent, TurnTimeoutError
+from hivemind_chat_agent.config import default_session_id_for
+
+
+def user(text):
+    return AgentMessage(role=MessageRole.USER, content=text)
+
+
+def test_opm_loads_the_plugin_by_name():
+    assert load_chat_plugin("hivemind-chat-agent") is HiveMindChatAgent
+
+
+def test_single_sentence_turn(creds, make_agent):
+    agent = make_agent(creds.agent_config())
+    answer = agent.continue_chat([user("hello")], session_id="single")
+    assert answer.role == MessageRole.ASSISTANT
+    assert answer.content == "hello there"
+
+
+def test_multi_sentence_turn_joined_in_order(creds, make_agent):
+    agent = make_agent(creds.agent_config())
+    assert agent.get_response("count 4", session_id="multi") == \
+        "sentence 1\nsentence 2\nsentence 3\nsentence 4"
+
+
+def test_only_the_latest_user_message_is_sent(creds, make_agent):
+    agent = make_agent(creds.agent_config())
+    history = [AgentMessage(MessageRole.SYSTEM, "be nice"), user("first"),
+               AgentMessage(MessageRole.ASSISTANT, "you said first"), user("echo this")]
+    assert agent.continue_chat(history, session_id="latest").content == "you said echo this"
+    assert agent.continue_chat([{"role": "user", "content": "hello"}],
+                               session_id="latest").content == "hello there"
+
+
+def test_session_state_carries_across_turns_and_never_between_sessions(creds, make_agent):
+    agent = make_agent(creds.agent_config())
+    assert agent.get_response("remember ada", session_id="mem-a") == "I will remember that"
+    assert agent.get_response("remember bob", session_id="mem-b") == "I will remember that"
+    assert agent.get_response("recall", session_id="mem-c") == "I remember nothing"
+    assert agent.get_response("recall", session_id="mem-a") == "you said ada"
+    assert agent.get_response("recall", session_id="mem-b") == "you said bob"
+
+
+def test_lang_and_units_overrides_travel_in_the_session_and_stick(creds, make_agent):
+    agent = make_agent(creds.agent_config())
+    assert agent.get_response("lang", session_id="lang", lang="pt-PT") == "language pt-PT"
+    assert agent.get_response("lang", session_id="lang") == "language pt-PT"
+    assert agent.get_response("units", session_id="lang", units="imperial") == "units imperial"
+
+
+def test_default_session_id_maps_to_a_stable_id_the_hub_accepts(creds, make_agent):
+    agent = make_agent(creds.agent_config())
+    expected = default_session_id_for(creds.key)
+    assert agent.get_response("whoami") == f"session {expected}"
+    assert agent.get_response("remember carol") == "I will remember that"
+    assert agent.get_response("recall", session_id="default") == "you said carol"
+
+
+def test_concurrent_sessions_have_zero_cross_talk(creds, make_agent):
+    agent = make_agent(creds.agent_config())
+    n, rounds = 10, 3
+    results, errors = {}, []
+
+    def chat(i):
+        try:
+            for r in range(rounds):
+                text = agent.get_response(f"echo user {i} round {r}", session_id=f"par-{i}")
+                results[(i, r)] = text
+            results[(i, "whoami")] = agent.get_response("whoami", session_id=f"par-{i}")
+        except Exception as e:  # reported below
+            errors.append(e)
+    threads = [threading.Thread(target=chat, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors
+    for i in range(n):
+        for r in range(rounds):
+            assert results[(i, r)] == f"you said echo user {i} round {r}"
+        assert results[(i, "whoami")] == f"session par-{i}"
+
+
+def test_two_turns_on_one_session_at_once_are_serialized(creds, make_agent):
+    agent = make_agent(creds.agent_config())
+    out = {}
+
+    def chat(name, utt):
+        out[name] = agent.get_response(utt, session_id="serial")
+    a = threading.Thread(target=chat, args=("a", "slow 3 0.2"))
+    b = threading.Thread(target=chat, args=("b", "count 2"))
+    a.start()
+    time.sleep(0.05)
+    b.start()
+    a.join(30)
+    b.join(30)
+    assert out == {"a": "slow sentence 1\nslow sentence 2\nslow sentence 3",
+                   "b": "sentence 1\nsentence 2"}
+
+
+def test_stream_yields_each_sentence_as_it_arrives(creds, make_agent):
+    agent = make_agent(creds.agent_config())
+    agent.get_response("hello", session_id="stream")     # connected already
+    start = time.monotonic()
+    stamps = []
+    for sentence in agent.stream_sentences([user("slow 3 0.4")], session_id="stream"):
+        stamps.append((sentence, time.monotonic() - start))
+    assert [s for s, _ in stamps] == ["slow sentence 1", "slow sentence 2", "slow sentence 3"]
+    first, last = stamps[0][1], stamps[-1][1]
+    assert 0.35 <= first < 0.75, stamps      # first sentence long before the answer is complete
+    assert last >= 1.15, stamps
+
+
+def test_failure_and_cancel_end_the_turn_without_waiting(creds, make_agent):
+    agent = make_agent(creds.agent_config(timeout=10))
+    for utt in ("fail", "cancel"):
+        start = time.monotonic()
+        assert agent.get_response(utt, session_id="early") == ""
+        assert time.monotonic() - start < 2
+        # the hub's trailing `handled` for that utterance does not end the next turn
+        assert agent.get_response("count 2", session_id="early") == "sentence 1\nsentence 2"
+
+
+def test_silence_times_out_with_a_clear_error(creds, make_agent):
+    agent = make_agent(creds.agent_config(timeout=1))
+    start = time.monotonic()
+    with pytest.raises(TurnTimeoutError, match="no answer within 1 s"):
+        agent.get_response("silence", session_id="quiet")
+    assert 0.9 <= time.monotonic() - start < 3
+    assert agent.get_response("hello", session_id="quiet") == "hello there"
+
+
+def test_timeout_rolls_with_each_sentence(creds, make_agent):
+    agent = make_agent(creds.agent_config(timeout=1))
+    start = time.monotonic()
+    assert agent.get_response("slow 3 0.6", session_id="rolling").count("\n") == 2
+    assert time.monotonic() - start > 1.5      # longer than one timeout, still complete
+
+
+def test_hostile_replies_are_ignored_and_never_reach_other_sessions(creds, make_agent):
+    from ovos_bus_client.session import SessionManager
+    agent = make_agent(creds.agent_config())
+    assert agent.get_response("hostile", session_id="hostile") == "still fine"
+    assert "someone-else" not in SessionManager.sessions
+    assert agent.get_response("hello", session_id="hostile") == "hello there"
+
+
+def test_newer_ovos_double_speak_is_delivered_once(creds, make_agent):
+    agent = make_agent(creds.agent_config())
+    assert agent.get_response("both", session_id="twins") == "twin 1\ntwin 2"
+
+
+def test_hub_that_drops_the_turn_tag_still_works(creds, make_agent):
+    agent = make_agent(creds.agent_config())
+    assert agent.get_response("untagged 2", session_id="untagged") == "untagged 1\nuntagged 2"
+
+
+def test_connections_are_reused_bounded_and_closed_when_idle(creds, make_agent):
+    agent = make_agent(creds.agent_config(max_connections=3, idle_timeout=0.5))
+    for i in range(5):
+        assert agent.get_response("hello", session_id=f"lru-{i}") == "hello there"
+    assert len(agent.pool) == 3
+    assert set(agent.pool._conns) == {"lru-2", "lru-3", "lru-4"}
+    conn = agent.pool._conns["lru-4"]
+    assert agent.get_response("hello", session_id="lru-4") == "hello there"
+    assert agent.pool._conns["lru-4"] is conn            # reused, not reconnected
+    deadline = time.monotonic() + 5
+    while len(agent.pool) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert len(agent.pool) == 0                           # idle ones closed
+    assert agent.get_response("recall", session_id="lru-4") == "I remember nothing"
+
+
+def test_shutdown_leaves_no_thread_of_the_agent(creds):
+    before = agent_threads()
+    agent = HiveMindChatAgent(creds.agent_config())
+    for i in range(3):
+        agent.get_response("hello", session_id=f"bye-{i}")
+    assert agent_threads() - before
+    agent.shutdown()
+    assert agent_threads() - before == set()
