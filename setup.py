@@ -27,6 +27,9 @@ setup(
         "opm.agents.chat": [
             "hivemind-chat-agent=hivemind_chat_agent.agent:HiveMindChatAgent",
         ],
+        "hivemind.agent.protocol": [
+            "hivemind-chat-agent-plugin=hivemind_chat_agent.hub_protocol:ChatAgentProtocol",
+        ],
     },
     classifiers=["License :: OSI Approved :: Apache Software License",
                  "Programming Language :: Python :: 3"],

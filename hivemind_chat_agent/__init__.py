@@ -1,13 +1,14 @@
 """Chat with a remote OVOS hub over HiveMind (client ChatEngine) and serve HiveMind satellites
 with any chat engine (hub-side agent protocol)."""
 from hivemind_chat_agent.agent import HiveMindChatAgent
+from hivemind_chat_agent.hub_protocol import ChatAgentProtocol
 from hivemind_chat_agent.errors import (AccessKeyRejectedError, AgentClosedError,
                                         AuthenticationError, ConfigurationError,
                                         ConnectionLostError, HandshakeTimeoutError,
                                         HiveMindChatError, HubUnreachableError,
                                         TurnTimeoutError, WrongPasswordError)
 
-__all__ = ["HiveMindChatAgent", "HiveMindChatError", "ConfigurationError",
+__all__ = ["HiveMindChatAgent", "ChatAgentProtocol", "HiveMindChatError", "ConfigurationError",
            "HubUnreachableError", "AuthenticationError", "AccessKeyRejectedError",
            "WrongPasswordError", "HandshakeTimeoutError", "ConnectionLostError",
            "TurnTimeoutError", "AgentClosedError"]

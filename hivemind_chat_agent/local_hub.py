@@ -44,7 +44,7 @@ def hub_environment(home: str) -> Dict[str, str]:
     return {var: os.path.join(home, sub) for var, sub in XDG_DIRS.items()}
 
 
-def write_server_config(home: str, agent_protocol: Optional[dict] = None) -> str:
+def write_server_config(home: str, agent_protocol: Optional[dict] = None, port: int = 0) -> str:
     """hivemind-core's server.json for a loopback hub; returns its path."""
     path = os.path.join(hub_environment(home)["XDG_CONFIG_HOME"], "hivemind-core", "server.json")
     os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -55,7 +55,7 @@ def write_server_config(home: str, agent_protocol: Optional[dict] = None) -> str
         "allowed_ciphers": ["AES-GCM", "CHACHA20-POLY1305"],
         "agent_protocol": agent_protocol or {"module": "in-process"},
         "binary_protocol": {"module": None},
-        "network_protocol": {"hivemind-websocket-plugin": {"host": "127.0.0.1", "port": 0}},
+        "network_protocol": {"hivemind-websocket-plugin": {"host": "127.0.0.1", "port": port}},
         "database": {"module": "hivemind-json-db-plugin",
                      "hivemind-json-db-plugin": {"name": "clients",
                                                  "subfolder": "hivemind-core"}},

@@ -24,37 +24,52 @@ def free_port() -> int:
 
 
 class HubProcess:
-    """A hivemind-core hub with the test pipeline (tests/pipeline_agent.py) in its own process."""
+    """A hivemind-core hub in its own process on 127.0.0.1.
 
-    def __init__(self, script: str = "hub_process.py", args=()):
+    Without `agent_protocol`: tests/hub_process.py, hivemind-core with the OVOS-like test
+    pipeline (tests/pipeline_agent.py). With it: the real `hivemind-core listen` command, its
+    server.json's "agent_protocol" set to that dict (plugins loaded by name, as in production).
+    """
+
+    def __init__(self, agent_protocol=None):
         self.home = tempfile.mkdtemp(prefix="hm-test-hub-")
-        self.script = os.path.join(HERE, script)
-        self.args = list(args)
         self.port = free_port()
         self.proc = None
-        write_server_config(self.home)
+        self.listen = agent_protocol is not None
+        write_server_config(self.home, agent_protocol, port=self.port)
 
     @property
     def env(self):
-        return {**os.environ, **hub_environment(self.home), "PYTHONUNBUFFERED": "1"}
+        return {**os.environ, **hub_environment(self.home), "PYTHONUNBUFFERED": "1",
+                "PYTHONPATH": os.pathsep.join(p for p in (HERE, os.environ.get("PYTHONPATH"))
+                                              if p)}
 
     def start(self) -> "HubProcess":
         self.log_path = os.path.join(self.home, "hub.log")
         self._log = open(self.log_path, "a")
-        self.proc = subprocess.Popen(
-            [sys.executable, self.script, self.home, str(self.port), *self.args],
-            env=self.env, stdout=subprocess.PIPE, stderr=self._log, text=True)
+        if self.listen:
+            cmd = [HUB_CLI, "listen"]
+        else:
+            cmd = [sys.executable, os.path.join(HERE, "hub_process.py"), self.home,
+                   str(self.port)]
+        self.proc = subprocess.Popen(cmd, env=self.env, stdout=subprocess.PIPE,
+                                     stderr=self._log, text=True)
+        # the hub logs to stdout: keep draining it or it blocks on a full pipe
+        threading.Thread(target=self._drain, args=(self.proc.stdout, self._log),
+                         daemon=True).start()
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            line = self.proc.stdout.readline()
-            if line.startswith("READY"):
-                # the hub logs to stdout too: keep draining it or it blocks on a full pipe
-                threading.Thread(target=self._drain, args=(self.proc.stdout, self._log),
-                                 daemon=True).start()
-                return self
-            if not line and self.proc.poll() is not None:
+            if self.proc.poll() is not None:
                 break
-        raise RuntimeError(f"test hub did not start (exit code {self.proc.poll()})")
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
+                return self
+            except OSError:
+                time.sleep(0.05)
+        self.kill()
+        with open(self.log_path) as f:
+            tail = f.read()[-3000:]
+        raise RuntimeError(f"test hub did not start (exit code {self.proc.poll()}):\n{tail}")
 
     def add_client(self, name=None, key=None, password=None) -> HubCredentials:
         """Register a client with hivemind-core's own CLI, as an operator would."""

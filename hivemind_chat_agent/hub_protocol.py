@@ -1,0 +1,252 @@
+"""`ChatAgentProtocol`: a hivemind-core agent protocol that answers satellites with a ChatEngine.
+
+hivemind-core hands every satellite BUS message to `bus.emit` on its IO loop thread, after its
+own key, allowed-type and session checks. This class does only the minimum there (look the
+satellite up, queue the turn) and runs the engine on a bounded pool of workers, one satellite
+session's turns in order. Replies go back through the IO loop to the satellite that asked, and
+to no other; a turn always ends with exactly one `ovos.utterance.handled`.
+"""
+import importlib
+import time
+from dataclasses import dataclass
+from threading import Lock
+from typing import Any, Dict, Optional
+
+from hivemind_bus_client.message import HiveMessage, HiveMessageType
+from hivemind_plugin_manager.protocols import AgentProtocol, ClientCallbacks
+from ovos_bus_client.message import Message
+from ovos_bus_client.session import Session, SessionManager
+from ovos_plugin_manager.templates.agents import AgentMessage, ChatEngine, MessageRole
+from ovos_utils.fakebus import FakeBus
+from ovos_utils.log import LOG
+
+from hivemind_chat_agent.errors import ConfigurationError
+from hivemind_chat_agent.protocol_names import (HANDLED_TYPE, SPEAK_TYPE, UNMATCHED_TYPE,
+                                                UTTERANCE_TYPES)
+from hivemind_chat_agent.satellites import SatelliteSessions, engine_session_id
+from hivemind_chat_agent.serial_executor import KeyedSerialExecutor, QueueFull
+
+PLUGIN_NAME = "hivemind-chat-agent-plugin"
+
+
+@dataclass(frozen=True)
+class HubSettings:
+    engine: Any
+    engine_config: Dict[str, Any]
+    timeout: float = 30.0        # rolling: each sentence gives the engine this long again
+    workers: int = 8             # engine calls running at once
+    max_queue: int = 64          # turns waiting for a worker before new ones are refused
+    session_ttl: float = 3600.0  # a satellite session unseen this long is forgotten
+
+    @classmethod
+    def from_dict(cls, config: Dict[str, Any]) -> "HubSettings":
+        engine = config.get("engine")
+        if not engine:
+            raise ConfigurationError(
+                f'"{PLUGIN_NAME}" needs an "engine" (an opm.agents.chat plugin name) in '
+                'server.json: "agent_protocol": {"module": "hivemind-chat-agent-plugin", '
+                '"hivemind-chat-agent-plugin": {"engine": "...", "engine_config": {...}}}')
+        try:
+            settings = cls(engine=engine, engine_config=dict(config.get("engine_config") or {}),
+                           timeout=float(config.get("timeout", 30)),
+                           workers=int(config.get("workers", 8)),
+                           max_queue=int(config.get("max_queue", 64)),
+                           session_ttl=float(config.get("session_ttl", 3600)))
+        except (TypeError, ValueError) as e:
+            raise ConfigurationError(f"invalid number in {PLUGIN_NAME} config: {e}") from None
+        if settings.timeout <= 0 or settings.workers < 1 or settings.max_queue < 1 \
+                or settings.session_ttl <= 0:
+            raise ConfigurationError(f"{PLUGIN_NAME}: timeout and session_ttl must be > 0, "
+                                     "workers and max_queue >= 1")
+        return settings
+
+
+def load_engine(name: str, config: Dict[str, Any]) -> ChatEngine:
+    """An opm.agents.chat plugin by entry-point name, or any ChatEngine as "module:Class"."""
+    if ":" in name:
+        module, _, attr = name.partition(":")
+        try:
+            engine_class = getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError) as e:
+            raise ConfigurationError(f"chat engine {name!r} cannot be imported: {e}") from None
+    else:
+        from ovos_plugin_manager.agents import find_chat_plugins
+        plugins = find_chat_plugins()
+        engine_class = plugins.get(name)
+        if engine_class is None:
+            raise ConfigurationError(
+                f"chat engine {name!r} is not installed; installed opm.agents.chat plugins: "
+                f"{sorted(plugins) or 'none'}. Install it or fix \"engine\" in server.json")
+    try:
+        return engine_class(config)
+    except Exception as e:
+        raise ConfigurationError(f"chat engine {name!r} failed to start: "
+                                 f"{type(e).__name__}: {e}") from e
+
+
+class _HubTurn:
+    """One satellite utterance on its way through the engine. Thread-safe `finish` guarantees
+    exactly one end (answer, failure or timeout), whoever gets there first."""
+
+    def __init__(self, protocol: "ChatAgentProtocol", message: Message, peer: str, loop,
+                 utterance: str, satellite_session: Dict[str, Any], session_id: str):
+        self.protocol = protocol
+        self.message = message
+        self.peer = peer
+        self.loop = loop
+        self.utterance = utterance
+        self.satellite_session = satellite_session
+        self.session_id = session_id
+        self.lang = satellite_session.get("lang") or "en-US"
+        self.deadline = time.monotonic() + protocol.settings.timeout
+        self._lock = Lock()
+        self.finished = False
+        self.spoke = 0
+
+    def reply(self, msg_type: str, data: Dict[str, Any]) -> Message:
+        ctx = dict(self.message.context)
+        ctx["source"], ctx["destination"] = ctx.get("destination") or PLUGIN_NAME, self.peer
+        ctx["session"] = self.protocol.session_for_reply(self)
+        return Message(msg_type, data, ctx)
+
+    def speak(self, sentence: str) -> bool:
+        with self._lock:
+            if self.finished:
+                return False
+            self.spoke += 1
+            self.deadline = time.monotonic() + self.protocol.settings.timeout
+        self.protocol.deliver(self, self.reply(SPEAK_TYPE, {
+            "utterance": sentence, "expect_response": False, "lang": self.lang,
+            "meta": {"skill": PLUGIN_NAME}}))
+        return True
+
+    def finish(self, failed: bool, why: str = "") -> bool:
+        with self._lock:
+            if self.finished:
+                return False
+            self.finished = True
+        if failed:
+            if why:
+                LOG.warning(f"answering {self.peer} with a failure: {why}")
+            self.protocol.deliver(self, self.reply(UNMATCHED_TYPE, {}))
+        self.protocol.deliver(self, self.reply(HANDLED_TYPE, {}))
+        return True
+
+
+class ChatAgentProtocol(AgentProtocol):
+    """hivemind-core agent protocol plugin `hivemind-chat-agent-plugin`."""
+
+    def __init__(self, config: Optional[Dict[str, Any]] = None, bus=None, hm_protocol=None,
+                 callbacks: Optional[ClientCallbacks] = None, engine: Optional[ChatEngine] = None):
+        super().__init__(config=dict(config or {}), bus=bus or FakeBus(),
+                         hm_protocol=hm_protocol, callbacks=callbacks or ClientCallbacks())
+        if engine is not None:
+            self.config.setdefault("engine", type(engine).__name__)
+        self.settings = HubSettings.from_dict(self.config)
+        self.engine = engine or load_engine(self.settings.engine, self.settings.engine_config)
+        self.executor = KeyedSerialExecutor(self.settings.workers, self.settings.max_queue)
+        self.satellites = SatelliteSessions(self.settings.session_ttl)   # IO loop thread only
+        for msg_type in UTTERANCE_TYPES:
+            self.bus.on(msg_type, self._on_utterance)
+        self.bus.on("hive.client.disconnect", self._on_disconnect)
+
+    # ---- IO loop thread: keep it short ----
+    def _on_utterance(self, message: Message) -> None:
+        from tornado.ioloop import IOLoop
+        peer = message.context.get("peer") or message.context.get("source")
+        client = self.clients.get(peer)
+        utterance = _first_utterance(message.data)
+        sat_session = message.context.get("session")
+        if client is None or utterance is None or not isinstance(sat_session, dict):
+            LOG.info(f"ignoring utterance without a connected satellite, text or session "
+                     f"(peer {peer})")
+            return
+        session_id = engine_session_id(client.key, str(sat_session.get("session_id")))
+        now = time.monotonic()
+        self.satellites.touch(session_id, peer, now)
+        for expired in self.satellites.expired(now):
+            SessionManager.sessions.pop(expired, None)
+        turn = _HubTurn(self, message, peer, IOLoop.current(), utterance, sat_session,
+                        session_id)
+        try:
+            self.executor.submit(session_id, lambda: self._run(turn))
+        except QueueFull as e:
+            turn.finish(failed=True, why=f"hub busy ({e})")
+            return
+        self._watch(turn)
+
+    def _watch(self, turn: _HubTurn) -> None:
+        """Rolling timeout on the IO loop's own timers: no thread per turn."""
+        if turn.finished:
+            return
+        remaining = turn.deadline - time.monotonic()
+        if remaining > 0:
+            turn.loop.call_later(remaining, self._watch, turn)
+        else:
+            turn.finish(failed=True, why=f"engine gave no sentence for "
+                                         f"{self.settings.timeout:g} s")
+
+    def _on_disconnect(self, message: Message) -> None:
+        peer = message.context.get("source")
+        for session_id in self.satellites.disconnected(peer):
+            SessionManager.sessions.pop(session_id, None)
+
+    def deliver(self, turn: _HubTurn, reply: Message) -> None:
+        """Hand a reply to the IO loop (the only thread that may write to a socket)."""
+        turn.loop.add_callback(self._send, turn.peer, reply)
+
+    def _send(self, peer: str, reply: Message) -> None:
+        client = self.clients.get(peer)
+        if client is None:
+            LOG.info(f"satellite {peer} is gone; dropping its {reply.msg_type}")
+            return
+        try:
+            client.send(HiveMessage(HiveMessageType.BUS, payload=reply))
+        except Exception as e:
+            LOG.info(f"could not send {reply.msg_type} to {peer}: {type(e).__name__}")
+
+    # ---- worker thread ----
+    def _run(self, turn: _HubTurn) -> None:
+        if turn.finished:          # timed out while queued
+            return
+        turn.deadline = time.monotonic() + self.settings.timeout
+        sess = Session.deserialize({**turn.satellite_session, "session_id": turn.session_id})
+        SessionManager.update(sess)
+        try:
+            for sentence in self.engine.stream_sentences(
+                    [AgentMessage(role=MessageRole.USER, content=turn.utterance)],
+                    session_id=turn.session_id, lang=sess.lang, units=sess.system_unit):
+                if isinstance(sentence, str) and sentence.strip() and not turn.speak(sentence):
+                    return         # timed out meanwhile: the satellite already has its answer
+        except Exception as e:
+            turn.finish(failed=True, why=f"engine raised {type(e).__name__}: {e}")
+            return
+        turn.finish(failed=turn.spoke == 0, why="engine gave an empty answer")
+
+    def session_for_reply(self, turn: _HubTurn) -> Dict[str, Any]:
+        """The satellite's Session as the engine left it (a relay engine refreshes it from the
+        upstream hub), under the id the satellite knows it by."""
+        sess = SessionManager.sessions.get(turn.session_id)
+        if sess is None:
+            return turn.satellite_session
+        data = sess.serialize()
+        data["session_id"] = turn.satellite_session.get("session_id")
+        if turn.satellite_session.get("site_id"):
+            data["site_id"] = turn.satellite_session["site_id"]
+        return data
+
+    def shutdown(self) -> None:
+        self.executor.shutdown(wait=False)
+        stop = getattr(self.engine, "shutdown", None)
+        if callable(stop):
+            stop()
+
+
+def _first_utterance(data: Any) -> Optional[str]:
+    if not isinstance(data, dict):
+        return None
+    utterances = data.get("utterances")
+    if isinstance(utterances, list) and utterances and isinstance(utterances[0], str):
+        return utterances[0]
+    utterance = data.get("utterance")
+    return utterance if isinstance(utterance, str) else None

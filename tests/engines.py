@@ -1,0 +1,58 @@
+"""Chat engines for the hub-side tests, loaded by hivemind-core as "engines:ScriptEngine".
+
+Commands (first word): hello | count N | slow N SECONDS | wait SECONDS | raise | hang SECONDS |
+empty | remember WORDS | recall | whoami | lang; anything else is echoed.
+"""
+import threading
+import time
+
+from ovos_plugin_manager.templates.agents import AgentMessage, ChatEngine, MessageRole
+
+
+class ScriptEngine(ChatEngine):
+    def __init__(self, config=None):
+        super().__init__(config)
+        self.memory = {}
+        self.lock = threading.Lock()
+
+    def continue_chat(self, messages, session_id="default", lang=None, units=None, tools=None):
+        return AgentMessage(MessageRole.ASSISTANT,
+                            "\n".join(self.stream_sentences(messages, session_id, lang, units)))
+
+    def stream_sentences(self, messages, session_id="default", lang=None, units=None):
+        text = messages[-1].content
+        words = text.split()
+        cmd, args = (words[0].lower(), words[1:]) if words else ("", [])
+        if cmd == "hello":
+            yield "hello there"
+        elif cmd == "count":
+            for i in range(int(args[0])):
+                yield f"sentence {i + 1}"
+        elif cmd == "slow":
+            for i in range(int(args[0])):
+                time.sleep(float(args[1]))
+                yield f"slow sentence {i + 1}"
+        elif cmd == "wait":
+            time.sleep(float(args[0]))
+            yield "done waiting"
+        elif cmd == "raise":
+            raise RuntimeError("engine exploded")
+        elif cmd == "hang":
+            time.sleep(float(args[0]))
+            yield "too late"
+        elif cmd == "empty":
+            return
+        elif cmd == "remember":
+            with self.lock:
+                self.memory[session_id] = " ".join(args)
+            yield "I will remember that"
+        elif cmd == "recall":
+            with self.lock:
+                value = self.memory.get(session_id)
+            yield f"you said {value}" if value else "I remember nothing"
+        elif cmd == "whoami":
+            yield f"session {session_id}"
+        elif cmd == "lang":
+            yield f"language {lang}"
+        else:
+            yield f"you said {text}"
