@@ -1,0 +1,313 @@
+"""ChatAgentProtocol inside the real `hivemind-core listen`, loaded from server.json by name,
+with genuine hivemind-bus-client satellites (HiveMessageBusClient and HiveMindChatAgent)."""
+import threading
+import time
+
+import pytest
+from hivemind_bus_client.client import HiveMessageBusClient
+from hivemind_plugin_manager import AgentProtocolFactory
+from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
+from ovos_bus_client.message import Message
+from ovos_bus_client.session import Session
+
+from hubs import HubProcess
+from hivemind_chat_agent import ChatAgentProtocol, HiveMindChatAgent
+from hivemind_chat_agent.errors import ConfigurationError
+from hivemind_chat_agent.satellites import engine_session_id
+
+
+def plugin_config(engine="engines:ScriptEngine", engine_config=None, **knobs):
+    return {"module": "hivemind-chat-agent-plugin",
+            "hivemind-chat-agent-plugin": {"engine": engine,
+                                           "engine_config": engine_config or {}, **knobs}}
+
+
+@pytest.fixture(scope="module")
+def chat_hub():
+    hub = HubProcess(plugin_config(timeout=2.5, workers=8)).start()
+    yield hub
+    hub.cleanup()
+
+
+@pytest.fixture(scope="module")
+def sat_a(chat_hub):
+    return chat_hub.add_client(name="sat-a")
+
+
+@pytest.fixture(scope="module")
+def sat_b(chat_hub):
+    return chat_hub.add_client(name="sat-b")
+
+
+class RawSatellite:
+    """A plain hivemind-bus-client satellite that records every BUS message it receives."""
+
+    def __init__(self, creds):
+        self.client = HiveMessageBusClient(key=creds.key, password=creds.password,
+                                           host="ws://127.0.0.1", port=creds.port,
+                                           useragent="raw-satellite")
+        self.received = []
+        self.handled = threading.Event()
+        self.client.connect()
+        self.client.on_mycroft("message", self._on_any)
+
+    def _on_any(self, raw):
+        msg = Message.deserialize(raw) if isinstance(raw, str) else raw
+        self.received.append(msg.msg_type)
+        if msg.msg_type == "ovos.utterance.handled":
+            self.handled.set()
+
+    def ask(self, text, wait=5.0, settle=0.5):
+        self.received.clear()
+        self.handled.clear()
+        self.client.emit(Message("recognizer_loop:utterance", {"utterances": [text]},
+                                 {"session": Session(self.client.session_id).serialize()}))
+        assert self.handled.wait(wait)
+        time.sleep(settle)      # anything after `handled` would be a bug
+        return [t for t in self.received if t != "recognizer_loop:utterance"]
+
+    def close(self):
+        self.client.close()
+
+
+def test_plugin_is_found_by_name():
+    assert AgentProtocolFactory.get_class("hivemind-chat-agent-plugin") is ChatAgentProtocol
+
+
+def test_missing_or_broken_engine_is_a_clear_startup_error():
+    with pytest.raises(ConfigurationError, match='needs an "engine"'):
+        ChatAgentProtocol(config={})
+    with pytest.raises(ConfigurationError, match="not installed.*hivemind-chat-agent"):
+        ChatAgentProtocol(config={"engine": "no-such-engine"})
+    with pytest.raises(ConfigurationError, match="cannot be imported"):
+        ChatAgentProtocol(config={"engine": "no_such_module:Engine"})
+    with pytest.raises(ConfigurationError, match="failed to start"):
+        ChatAgentProtocol(config={"engine": "hivemind-chat-agent",   # no hub credentials
+                                  "engine_config": {"host": "127.0.0.1", "key": "k"}})
+
+
+def test_hub_with_missing_engine_exits_with_the_reason():
+    hub = HubProcess(plugin_config(engine="no-such-engine"))
+    try:
+        with pytest.raises(RuntimeError, match="no-such-engine.*is not installed"):
+            hub.start()
+    finally:
+        hub.cleanup()
+
+
+def test_echo_and_sentences_in_order(sat_a, make_agent):
+    agent = make_agent(sat_a.agent_config())
+    assert agent.get_response("hello", session_id="echo") == "hello there"
+    assert agent.get_response("count 3", session_id="echo") == \
+        "sentence 1\nsentence 2\nsentence 3"
+    assert agent.get_response("lang", session_id="echo", lang="de-DE") == "language de-DE"
+
+
+def test_exactly_one_handled_after_the_speaks(sat_a):
+    sat = RawSatellite(sat_a)
+    try:
+        assert sat.ask("count 3") == ["speak", "speak", "speak", "ovos.utterance.handled"]
+        assert sat.ask("raise") == ["complete_intent_failure", "ovos.utterance.handled"]
+        assert sat.ask("empty") == ["complete_intent_failure", "ovos.utterance.handled"]
+    finally:
+        sat.close()
+
+
+def test_memory_is_per_satellite_even_with_the_same_declared_session(sat_a, sat_b, make_agent):
+    a, b = make_agent(sat_a.agent_config()), make_agent(sat_b.agent_config())
+    assert a.get_response("remember ada", session_id="kitchen") == "I will remember that"
+    assert b.get_response("remember bob", session_id="kitchen") == "I will remember that"
+    assert a.get_response("recall", session_id="kitchen") == "you said ada"
+    assert b.get_response("recall", session_id="kitchen") == "you said bob"
+    assert a.get_response("recall", session_id="hall") == "I remember nothing"
+
+
+def test_engine_session_id_is_stable_across_turns_and_reconnects(sat_a, sat_b):
+    expected = f"session {engine_session_id(sat_a.key, 'stable')}"
+    first = HiveMindChatAgent(sat_a.agent_config())
+    assert first.get_response("whoami", session_id="stable") == expected
+    assert first.get_response("whoami", session_id="stable") == expected
+    first.shutdown()
+    second = HiveMindChatAgent(sat_a.agent_config())       # a new connection
+    assert second.get_response("whoami", session_id="stable") == expected
+    second.shutdown()
+    other = HiveMindChatAgent(sat_b.agent_config())
+    assert other.get_response("whoami", session_id="stable") != expected
+    other.shutdown()
+
+
+def test_engine_error_and_hang_end_with_failure_not_silence(sat_a, make_agent):
+    agent = make_agent(sat_a.agent_config(timeout=10))
+    start = time.monotonic()
+    assert agent.get_response("raise", session_id="errors") == ""
+    assert time.monotonic() - start < 1
+    start = time.monotonic()
+    assert agent.get_response("hang 4", session_id="errors") == ""   # hub timeout is 2.5 s
+    assert 2.4 <= time.monotonic() - start < 3.5
+    assert agent.get_response("hello", session_id="errors2") == "hello there"
+
+
+def test_six_satellites_with_a_two_second_engine_run_in_parallel(chat_hub):
+    creds = [chat_hub.add_client(name=f"par-{i}") for i in range(6)]
+    agents = [HiveMindChatAgent(c.agent_config(timeout=10)) for c in creds]
+    try:
+        for a in agents:
+            a.get_response("hello", session_id="par")          # connected beforehand
+        results = {}
+
+        def ask(i):
+            results[i] = agents[i].get_response("wait 2", session_id="par")
+        threads = [threading.Thread(target=ask, args=(i,)) for i in range(6)]
+        start = time.monotonic()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(15)
+        elapsed = time.monotonic() - start
+    finally:
+        for a in agents:
+            a.shutdown()
+    assert results == {i: "done waiting" for i in range(6)}
+    assert elapsed < 4, elapsed      # on the IO loop, one after another: 12 s
+
+
+def test_satellite_vanishing_mid_answer_does_not_disturb_others(sat_a, sat_b, make_agent):
+    leaving = HiveMindChatAgent(sat_a.agent_config())
+    staying = make_agent(sat_b.agent_config())
+    stream = leaving.stream_sentences([AgentMessage(MessageRole.USER, "slow 4 0.3")],
+                                      session_id="leaving")
+    assert next(stream) == "slow sentence 1"
+    leaving.shutdown()                       # gone while the engine is still talking
+    assert staying.get_response("count 2", session_id="staying") == "sentence 1\nsentence 2"
+    time.sleep(1.2)                          # the engine finishes into the void
+    assert staying.get_response("hello", session_id="staying") == "hello there"
+
+
+def test_replies_never_reach_a_satellite_that_did_not_ask(chat_hub, sat_a, make_agent):
+    bystander = RawSatellite(chat_hub.add_client(name="bystander"))
+    try:
+        bystander.received.clear()
+        agent = make_agent(sat_a.agent_config())
+        for i in range(5):
+            assert agent.get_response(f"count {i + 1}", session_id="talker").count("\n") == i
+        time.sleep(0.3)
+        assert bystander.received == []
+    finally:
+        bystander.close()
+
+
+def test_connect_disconnect_storm_loses_no_turn_of_staying_satellites(chat_hub, sat_a, sat_b):
+    storm_creds = chat_hub.add_client(name="storm")
+    stop = threading.Event()
+    storms = []
+
+    def storm():
+        i = 0
+        while not stop.is_set() and i < 30:
+            a = HiveMindChatAgent(storm_creds.agent_config(timeout=5))
+            try:
+                a.get_response("hello", session_id=f"storm-{i}")
+            except Exception as e:   # the storm itself may be refused; the others may not
+                storms.append(e)
+            finally:
+                a.shutdown()
+            i += 1
+    stormers = [threading.Thread(target=storm) for _ in range(2)]
+    for t in stormers:
+        t.start()
+    results, errors = [], []
+
+    def steady(creds, name):
+        agent = HiveMindChatAgent(creds.agent_config(timeout=10))
+        try:
+            for i in range(15):
+                results.append((name, i, agent.get_response(f"echo {name} {i}",
+                                                            session_id=f"steady-{name}")))
+        except Exception as e:
+            errors.append(e)
+        finally:
+            agent.shutdown()
+    steadies = [threading.Thread(target=steady, args=(c, n))
+                for c, n in ((sat_a, "a"), (sat_b, "b"))]
+    for t in steadies:
+        t.start()
+    for t in steadies:
+        t.join(60)
+    stop.set()
+    for t in stormers:
+        t.join(60)
+    assert not errors
+    assert len(results) == 30
+    assert all(text == f"you said echo {name} {i}" for name, i, text in results)
+
+
+def test_bounded_queue_answers_failure_instead_of_hanging():
+    hub = HubProcess(plugin_config(workers=1, max_queue=1, timeout=10)).start()
+    try:
+        creds = [hub.add_client(name=f"q{i}") for i in range(4)]
+        agents = [HiveMindChatAgent(c.agent_config(timeout=15)) for c in creds]
+        for a in agents:
+            a.get_response("hello", session_id="q")
+        results = {}
+
+        def ask(i):
+            results[i] = agents[i].get_response("wait 1", session_id="q")
+        threads = [threading.Thread(target=ask, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+            time.sleep(0.1)
+        for t in threads:
+            t.join(20)
+        for a in agents:
+            a.shutdown()
+    finally:
+        hub.cleanup()
+    answered = sorted(results.values())
+    # one running + one queued are answered; the rest are refused at once, not left hanging
+    assert answered.count("done waiting") == 2 and answered.count("") == 2, results
+
+
+def run_satellite(creds, session_id, *utterances):
+    """Ask from a separate process: its SessionManager is its own, as on a real device."""
+    import json
+    import os
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, os.path.join(os.path.dirname(__file__),
+                                                       "satellite_process.py"),
+                          json.dumps(creds.agent_config()), session_id, *utterances],
+                         capture_output=True, text=True, timeout=120)
+    line = [x for x in out.stdout.splitlines() if x.startswith("ANSWERS ")]
+    assert line, out.stderr[-2000:]
+    return json.loads(line[0][len("ANSWERS "):])
+
+
+def test_relay_through_two_hubs_keeps_per_satellite_memory():
+    """satellites -> hub B (this plugin, engine hivemind-chat-agent) -> hub A (OVOS-like
+    pipeline whose "skill" keeps its memory in the Session, carried by each satellite)."""
+    hub_a = HubProcess().start()
+    hub_b = None
+    try:
+        upstream = hub_a.add_client(name="hub-b")
+        hub_b = HubProcess(plugin_config(engine="hivemind-chat-agent",
+                                         engine_config=upstream.agent_config())).start()
+        c1, c2 = hub_b.add_client(name="s1"), hub_b.add_client(name="s2")
+        s1 = HiveMindChatAgent(c1.agent_config())
+        try:
+            assert s1.get_response("remember ada", session_id="home") == "I will remember that"
+            # the second satellite, same declared session id, on another device (process)
+            assert run_satellite(c2, "home", "recall", "remember bob", "recall",
+                                 "whoami") == ["I remember nothing", "I will remember that",
+                                               "you said bob",
+                                               f"session {engine_session_id(c2.key, 'home')}"]
+            assert s1.get_response("recall", session_id="home") == "you said ada"
+            assert s1.get_response("whoami", session_id="home") == \
+                f"session {engine_session_id(c1.key, 'home')}"     # its own session upstream
+            assert s1.get_response("count 3", session_id="home") == \
+                "sentence 1\nsentence 2\nsentence 3"
+        finally:
+            s1.shutdown()
+    finally:
+        if hub_b:
+            hub_b.cleanup()
+        hub_a.cleanup()

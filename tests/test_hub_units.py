@@ -1,0 +1,67 @@
+"""Hub-side pure logic: satellite session namespacing/TTL and the keyed serial executor."""
+import threading
+import time
+
+import pytest
+
+from hivemind_chat_agent.satellites import SatelliteSessions, engine_session_id
+from hivemind_chat_agent.serial_executor import KeyedSerialExecutor, QueueFull
+
+
+def test_engine_session_ids_are_namespaced_stable_and_keyless():
+    a = engine_session_id("key-a", "kitchen")
+    assert a == engine_session_id("key-a", "kitchen")
+    assert a != engine_session_id("key-b", "kitchen")
+    assert a != engine_session_id("key-a", "hall")
+    assert "key-a" not in a and a.endswith("-kitchen")
+
+
+def test_sessions_expire_after_ttl_and_on_last_disconnect():
+    book = SatelliteSessions(ttl=10)
+    book.touch("s1", "peer-1", now=0)
+    book.touch("s2", "peer-2", now=5)
+    book.touch("s2", "peer-3", now=6)
+    assert book.expired(now=9) == []
+    assert book.expired(now=10) == ["s1"]
+    assert book.disconnected("peer-2") == []        # still reachable through peer-3
+    assert book.disconnected("peer-3") == ["s2"]
+    assert len(book) == 0
+
+
+def test_executor_keeps_one_keys_jobs_in_order_and_runs_keys_in_parallel():
+    ex = KeyedSerialExecutor(workers=4, max_pending=100)
+    log, lock = [], threading.Lock()
+
+    def job(key, i):
+        def run():
+            time.sleep(0.05)
+            with lock:
+                log.append((key, i))
+        return run
+    start = time.monotonic()
+    for i in range(4):
+        for key in "abc":
+            ex.submit(key, job(key, i))
+    ex.shutdown(wait=True)
+    assert time.monotonic() - start < 0.5           # 3 keys in parallel: ~4 x 0.05 s
+    for key in "abc":
+        assert [i for k, i in log if k == key] == [0, 1, 2, 3]
+
+
+def test_executor_refuses_beyond_its_bound_and_survives_failing_jobs():
+    ex = KeyedSerialExecutor(workers=1, max_pending=2)
+    gate = threading.Event()
+    ex.submit("a", gate.wait)                       # running
+    time.sleep(0.05)
+    ex.submit("b", lambda: 1 / 0)                   # pending 1
+    ex.submit("c", lambda: None)                    # pending 2
+    with pytest.raises(QueueFull):
+        ex.submit("d", lambda: None)
+    gate.set()
+    done = threading.Event()
+    deadline = time.monotonic() + 2
+    while ex.pending and time.monotonic() < deadline:
+        time.sleep(0.01)
+    ex.submit("e", done.set)
+    assert done.wait(2)
+    ex.shutdown()
