@@ -1,0 +1,290 @@
+"""`hivemind-chat`: talk to a HiveMind hub from a terminal, or try it all on an embedded hub.
+
+    hivemind-chat "what time is it"          one turn against the configured hub
+    hivemind-chat                            interactive chat
+    hivemind-chat demo ["my name is Ada"]    the same against a throw-away hub on 127.0.0.1
+"""
+import argparse
+import getpass
+import json
+import os
+import sys
+import threading
+import time
+from typing import Optional
+
+from hivemind_chat_agent.errors import ConfigurationError, HiveMindChatError
+
+HELP_COMMANDS = """commands:
+  /session NAME   switch to (or start) the conversation NAME
+  /lang CODE      answer in language CODE from now on (e.g. en-US, pt-PT)
+  /help           this help
+  /quit           leave (Ctrl-D does the same; Ctrl-C stops a long answer)"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="hivemind-chat",
+        description="Chat with an OVOS hub over HiveMind. Use `hivemind-chat demo` to try it "
+                    "on an embedded hub.",
+        epilog="Credentials default to the HiveMind client identity "
+               "(`hivemind-client set-identity`).")
+    p.add_argument("utterance", nargs="*", help="say this once and exit; omit to chat")
+    p.add_argument("--host", help="hub address: 127.0.0.1, ws://… or wss://…")
+    p.add_argument("--port", type=int, help="hub port (default 5678)")
+    p.add_argument("--key", help="access key registered on the hub")
+    p.add_argument("--password", help="password registered on the hub; '-' asks for it "
+                                      "without echo (the value is never printed or logged)")
+    p.add_argument("--session", default="default",
+                   help="conversation id; turns with the same id share OVOS session state")
+    p.add_argument("--lang", help="language of the conversation, e.g. en-US")
+    p.add_argument("--timeout", type=float, default=30.0,
+                   help="seconds to wait for each sentence (rolling, default 30)")
+    p.add_argument("--json", action="store_true",
+                   help="machine-readable output: one JSON object per line")
+    p.add_argument("--verbose", action="store_true", help="show library and hub logs")
+    return p
+
+
+class Output:
+    """Human or JSON-lines rendering of a turn; the only place that prints."""
+
+    def __init__(self, as_json: bool):
+        self.as_json = as_json
+        self.tty = sys.stdout.isatty() and not as_json
+
+    def sentence(self, text: str, session: str, first: bool):
+        if self.as_json:
+            self._json(type="sentence", session=session, text=text)
+        else:
+            print(("hub> " if first else "     ") + text if self.tty else text, flush=True)
+
+    def end(self, session: str, sentences: int, elapsed: float):
+        if self.as_json:
+            self._json(type="end", session=session, sentences=sentences,
+                       elapsed=round(elapsed, 3))
+        elif sentences == 0:
+            print("(the hub had no answer for that)", flush=True)
+
+    def error(self, error: Exception):
+        if self.as_json:
+            self._json(type="error", error=type(error).__name__, message=str(error))
+        else:
+            print(f"error: {error}", file=sys.stderr, flush=True)
+
+    def info(self, text: str):
+        if not self.as_json:
+            print(text, file=sys.stderr, flush=True)
+
+    @staticmethod
+    def _json(**obj):
+        print(json.dumps(obj, ensure_ascii=False), flush=True)
+
+
+class Spinner:
+    """A waiting indicator on the terminal until the first sentence arrives."""
+    FRAMES = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+
+    def __enter__(self):
+        if self.enabled:
+            self._thread = threading.Thread(target=self._spin, daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self):
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self._thread = None
+            sys.stdout.write("\r\033[K")
+            sys.stdout.flush()
+
+    def __exit__(self, *_exc):
+        self.stop()
+
+    def _spin(self):
+        i = 0
+        while not self._stop.wait(0.1):
+            sys.stdout.write(f"\r{self.FRAMES[i % len(self.FRAMES)]} thinking…")
+            sys.stdout.flush()
+            i += 1
+
+
+class Chat:
+    """Turns and commands on top of a HiveMindChatAgent; one instance per CLI run."""
+
+    def __init__(self, agent, out: Output, session: str, lang: Optional[str]):
+        self.agent, self.out, self.session, self.lang = agent, out, session, lang
+
+    def turn(self, utterance: str) -> None:
+        from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
+        start, count = time.monotonic(), 0
+        with Spinner(self.out.tty) as spinner:
+            for sentence in self.agent.stream_sentences(
+                    [AgentMessage(MessageRole.USER, utterance)], session_id=self.session,
+                    lang=self.lang):
+                spinner.stop()
+                self.out.sentence(sentence, self.session, first=count == 0)
+                count += 1
+        self.out.end(self.session, count, time.monotonic() - start)
+
+    def command(self, line: str) -> bool:
+        """Handle a /command; False means leave."""
+        name, _, arg = line[1:].strip().partition(" ")
+        arg = arg.strip()
+        if name in ("quit", "exit", "q"):
+            return False
+        if name == "session" and arg:
+            self.session = arg
+            self.out.info(f"now in conversation {arg!r}")
+        elif name == "lang" and arg:
+            self.lang = arg
+            self.out.info(f"language set to {arg}")
+        else:
+            self.out.info(HELP_COMMANDS)
+        return True
+
+    def interactive(self) -> int:
+        history = _enable_line_editing()
+        if self.out.tty:
+            self.out.info("Type to chat, /help for commands, Ctrl-D to leave.")
+        try:
+            while True:
+                try:
+                    prompt = f"[{self.session}] you> " if self.out.tty else ""
+                    line = input(prompt).strip()
+                except EOFError:
+                    if self.out.tty:
+                        print()
+                    return 0
+                except KeyboardInterrupt:
+                    if self.out.tty:
+                        print()
+                    return 0
+                if not line:
+                    continue
+                if line.startswith("/"):
+                    if not self.command(line):
+                        return 0
+                    continue
+                try:
+                    self.turn(line)
+                except KeyboardInterrupt:
+                    self.out.info("(answer stopped)")
+                except HiveMindChatError as e:
+                    self.out.error(e)
+        finally:
+            history()
+
+
+def _enable_line_editing():
+    """readline gives line editing and history; returns the function that saves history."""
+    try:
+        import readline
+    except ImportError:
+        return lambda: None
+    path = os.path.join(os.path.expanduser("~"), ".hivemind_chat_history")
+    try:
+        readline.read_history_file(path)
+    except OSError:
+        pass
+    readline.set_history_length(1000)
+
+    def save():
+        try:
+            readline.write_history_file(path)
+        except OSError:
+            pass
+    return save
+
+
+def _agent_config(args) -> dict:
+    config = {k: v for k, v in (("host", args.host), ("port", args.port), ("key", args.key),
+                                ("password", args.password)) if v is not None}
+    if config.get("password") == "-":
+        config["password"] = getpass.getpass("HiveMind password: ")
+    config["timeout"] = args.timeout
+    config["useragent"] = "hivemind-chat-cli"
+    return config
+
+
+def _quiet_logs(verbose: bool):
+    """Library and hub logs stay off the chat unless asked for. hivemind-core resets the log
+    level when it is imported, so import it first (the hub also logs access keys at INFO)."""
+    import hivemind_core.service  # noqa: F401
+    from ovos_utils.log import LOG
+    LOG.set_level("DEBUG" if verbose else "ERROR")
+
+
+def run_chat(agent, args, out: Output) -> int:
+    chat = Chat(agent, out, args.session, args.lang)
+    if args.utterance:
+        try:
+            chat.turn(" ".join(args.utterance))
+        except KeyboardInterrupt:
+            return 130
+        except HiveMindChatError as e:
+            out.error(e)
+            return 1
+        return 0
+    return chat.interactive()
+
+
+def run_demo(args, out: Output) -> int:
+    from hivemind_chat_agent.agent import HiveMindChatAgent
+    from hivemind_chat_agent.demo_engine import AIMLChatEngine
+    from hivemind_chat_agent.hub_protocol import ChatAgentProtocol
+    from hivemind_chat_agent.local_hub import LocalHub
+    out.info("Starting an embedded hivemind-core hub on 127.0.0.1 with the ALICE AIML chatbot…")
+    engine = AIMLChatEngine({"bot_name": "HiveMind demo"})
+    protocol = ChatAgentProtocol(config={"engine": "hivemind-chat-demo-aiml"}, engine=engine)
+    hub = LocalHub(protocol).start()
+    agent = None
+    try:
+        creds = hub.add_client(name="hivemind-chat-demo")
+        out.info(f"Hub ready at ws://{hub.host}:{hub.port}; this chat is a HiveMind satellite "
+                 "with a throw-away access key and password.")
+        agent = HiveMindChatAgent(creds.agent_config(timeout=args.timeout,
+                                                     useragent="hivemind-chat-demo"))
+        return run_chat(agent, args, out)
+    finally:
+        if agent is not None:
+            agent.shutdown()
+        protocol.shutdown()
+        hub.stop()
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    demo = bool(argv) and argv[0] == "demo"
+    if demo:
+        argv = argv[1:]
+    args = build_parser().parse_args(argv)
+    out = Output(args.json)
+    _quiet_logs(args.verbose)
+    try:
+        if demo:
+            return run_demo(args, out)
+        from hivemind_chat_agent.agent import HiveMindChatAgent
+        agent = HiveMindChatAgent(_agent_config(args))
+        try:
+            return run_chat(agent, args, out)
+        finally:
+            agent.shutdown()
+    except ConfigurationError as e:
+        out.error(e)
+        return 2
+    except HiveMindChatError as e:
+        out.error(e)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
