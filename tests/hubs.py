@@ -1,5 +1,6 @@
 """Real hivemind-core hubs for the tests: a separate process each, on 127.0.0.1, with clients
 registered through hivemind-core's own `add-client` CLI."""
+import json
 import os
 import secrets
 import shutil
@@ -31,12 +32,18 @@ class HubProcess:
     server.json's "agent_protocol" set to that dict (plugins loaded by name, as in production).
     """
 
-    def __init__(self, agent_protocol=None):
+    def __init__(self, agent_protocol=None, server_config=None):
         self.home = tempfile.mkdtemp(prefix="hm-test-hub-")
         self.port = free_port()
         self.proc = None
-        self.listen = agent_protocol is not None
-        write_server_config(self.home, agent_protocol, port=self.port)
+        self.listen = agent_protocol is not None or server_config is not None
+        path = write_server_config(self.home, agent_protocol, port=self.port)
+        if server_config is not None:   # a whole server.json, e.g. an example from config/
+            server_config = json.loads(json.dumps(server_config))
+            server_config["network_protocol"]["hivemind-websocket-plugin"].update(
+                host="127.0.0.1", port=self.port)
+            with open(path, "w") as f:
+                json.dump(server_config, f)
 
     @property
     def env(self):

@@ -1,0 +1,482 @@
+"""Hub-side benchmark: every figure next to a baseline measured in the same run.
+
+    python benchmarks/bench_hub.py [--turns 100] [--threads 4] [--relay-turns 100]
+                                   [--no-error-level] [--profile DIR]
+
+Everything runs in its own process on 127.0.0.1 and is stopped at the end:
+  1. hub CPU per echo turn (user+sys of the hub process only, /proc/<pid>/stat), same load on
+     (a) `hivemind-core listen` + hivemind-chat-agent-plugin with an in-process ScriptEngine and
+     (b) the stock path: `hivemind-core listen` + hivemind-ovos-agent-plugin -> ovos-messagebus
+         (own process) -> an answering service (own process, ovos_bus_client) that replies
+         `speak` + `ovos.utterance.handled` with Message.reply, as OVOS skills do.
+     Run at the default log level (INFO for both) and again with mycroft.conf log_level ERROR.
+  2. 6 satellites asking a 2-second engine at once vs one 2-second turn.
+  3. relay turn: satellite -> hub B (our plugin, engine "hivemind-chat-agent") -> hub A (the
+     test pipeline hub) vs a direct turn to hub A (interleaved, medians).
+
+Needs the `bench` extra (requirements-bench.txt): hivemind-ovos-agent-plugin, ovos-messagebus.
+"""
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TESTS = os.path.join(HERE, "..", "tests")
+BIN = os.path.dirname(sys.executable)
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+# ---------------------------------------------------------------------------------------------
+# The answering service of the stock path (runs as `bench_hub.py --responder PORT`)
+# ---------------------------------------------------------------------------------------------
+def responder_main(port: int) -> None:
+    """Answers every `recognizer_loop:utterance` on the OVOS bus like a skill would: `speak`
+    then `ovos.utterance.handled`, both built with Message.reply so the context (destination =
+    the satellite's peer, session, turn tags) goes back to the HiveMind agent plugin."""
+    from ovos_bus_client import MessageBusClient
+    from ovos_utils.log import LOG
+    from pyee import EventEmitter
+    LOG.set_level("ERROR")
+    bus = MessageBusClient(host="127.0.0.1", port=port, emitter=EventEmitter())
+
+    def on_utterance(message):
+        utterance = (message.data.get("utterances") or [""])[0]
+        lang = (message.context.get("session") or {}).get("lang") or "en-US"
+        bus.emit(message.reply("speak", {"utterance": f"you said {utterance}",
+                                         "expect_response": False, "lang": lang,
+                                         "meta": {"skill": "bench.echo"}}))
+        bus.emit(message.reply("ovos.utterance.handled", {}))
+
+    bus.on("recognizer_loop:utterance", on_utterance)
+    bus.run_in_thread()
+    if not bus.connected_event.wait(30):
+        print("responder could not connect", flush=True)
+        sys.exit(1)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    print("READY", flush=True)
+    try:
+        stop.wait()
+    except KeyboardInterrupt:
+        pass
+    bus.close()
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--responder"]:
+    responder_main(int(sys.argv[2]))
+    sys.exit(0)
+
+# ---------------------------------------------------------------------------------------------
+sys.path.insert(0, TESTS)
+from hubs import HubProcess, free_port  # noqa: E402
+
+from ovos_utils.log import LOG  # noqa: E402
+
+LOG.set_level("ERROR")   # the satellites' own logging is not what is measured
+
+from hivemind_chat_agent import HiveMindChatAgent  # noqa: E402
+
+ROWS = []
+STARTED = []          # everything with .cleanup(), stopped in reverse order at the end
+
+
+def row(name, value, baseline, target, ok):
+    ROWS.append((name, value, baseline, target, "PASS" if ok else "FAIL"))
+    print(f"{name:<44} {value:<18} {baseline:<36} {target:<24} {'PASS' if ok else 'FAIL'}",
+          flush=True)
+
+
+def info(name, text):
+    print(f"{name:<44} {text}", flush=True)
+
+
+def ms(seconds):
+    return f"{seconds * 1000:.1f} ms"
+
+
+def plugin_config(engine="engines:ScriptEngine", engine_config=None, **knobs):
+    return {"module": "hivemind-chat-agent-plugin",
+            "hivemind-chat-agent-plugin": {"engine": engine,
+                                           "engine_config": engine_config or {}, **knobs}}
+
+
+def cpu_seconds(pid: int) -> float:
+    """user + sys CPU of one process (all its threads, not its children)."""
+    with open(f"/proc/{pid}/stat") as f:
+        stat = f.read()
+    fields = stat[stat.rindex(")") + 2:].split()   # fields[0] is field 3 (state)
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def wait_port(port, proc, what, timeout=60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with code {proc.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"{what} did not listen on 127.0.0.1:{port} within {timeout} s")
+
+
+def write_mycroft_conf(xdg_config_home, config):
+    path = os.path.join(xdg_config_home, "mycroft", "mycroft.conf")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(config, f)
+
+
+class Proc:
+    """A helper process of ours (messagebus, responder) with its own XDG home and log file."""
+
+    def __init__(self, name, cmd, home, ready_port=None, ready_line=None):
+        self.name, self.home = name, home
+        env = {**os.environ, "PYTHONUNBUFFERED": "1",
+               **{var: os.path.join(home, sub) for var, sub in
+                  (("XDG_CONFIG_HOME", "config"), ("XDG_DATA_HOME", "data"),
+                   ("XDG_CACHE_HOME", "cache"), ("XDG_STATE_HOME", "state"))}}
+        self.log = open(os.path.join(home, f"{name}.log"), "a")
+        self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=self.log,
+                                     text=True)
+        STARTED.append(self)
+        if ready_line:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                line = self.proc.stdout.readline()
+                if not line:
+                    raise RuntimeError(f"{name} exited before it was ready (see {self.log.name})")
+                if line.strip() == ready_line:
+                    break
+        threading.Thread(target=self._drain, daemon=True).start()
+        if ready_port:
+            wait_port(ready_port, self.proc, name)
+
+    def _drain(self):
+        try:
+            for line in self.proc.stdout:
+                self.log.write(line)
+        except (ValueError, OSError):
+            pass
+
+    def cleanup(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+class Home:
+    def __init__(self, prefix):
+        self.path = tempfile.mkdtemp(prefix=prefix)
+        STARTED.insert(0, self)     # removed last
+
+    def cleanup(self):
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+def start_hub(agent_protocol=None, log_level=None) -> HubProcess:
+    hub = HubProcess(agent_protocol)
+    STARTED.append(hub)
+    if log_level:   # hivemind_core/__init__: init_service_logger("HiveMind") reads mycroft.conf
+        write_mycroft_conf(os.path.join(hub.home, "config"), {"log_level": log_level})
+    return hub.start()
+
+
+def stock_hub(log_level=None) -> HubProcess:
+    """hivemind-core + hivemind-ovos-agent-plugin -> ovos-messagebus -> responder."""
+    home = Home("bench-ovos-bus-").path
+    bus_port = free_port()
+    write_mycroft_conf(os.path.join(home, "config"), {
+        "websocket": {"host": "127.0.0.1", "port": bus_port, "route": "/core", "ssl": False,
+                      "shared_connection": True, "max_msg_size": 25},
+        "log_level": "ERROR"})   # bus and responder are not measured; keep them quiet
+    Proc("messagebus", [os.path.join(BIN, "ovos-messagebus")], home, ready_port=bus_port)
+    Proc("responder", [sys.executable, os.path.abspath(__file__), "--responder", str(bus_port)],
+         home, ready_line="READY")
+    return start_hub({"module": "hivemind-ovos-agent-plugin",
+                      "hivemind-ovos-agent-plugin": {"host": "127.0.0.1", "port": bus_port}},
+                     log_level)
+
+
+def in_parallel(n, fn, timeout=120):
+    """Run fn(k) for k in range(n) on n threads released together; (results, errors, wall)."""
+    results, errors = [None] * n, []
+    gate = threading.Barrier(n + 1)
+
+    def work(k):
+        gate.wait()
+        try:
+            results[k] = fn(k)
+        except Exception as e:   # noqa: BLE001 - reported, fails the row
+            errors.append(f"{type(e).__name__}: {e}")
+    threads = [threading.Thread(target=work, args=(k,), daemon=True) for k in range(n)]
+    for t in threads:
+        t.start()
+    gate.wait()
+    t0 = time.perf_counter()
+    deadline = time.monotonic() + timeout
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    wall = time.perf_counter() - t0
+    if any(t.is_alive() for t in threads):
+        errors.append(f"still running after {timeout} s")
+    return results, errors, wall
+
+
+def log_bytes(hub):
+    try:
+        return os.path.getsize(hub.log_path)
+    except OSError:
+        return 0
+
+
+def echo_load(hub, creds, threads, turns, label):
+    """`threads` satellites (one HiveMindChatAgent and session each, connected before the
+    measurement) doing `turns` echo turns each. Returns hub CPU seconds per turn and more."""
+    agents = [HiveMindChatAgent(creds.agent_config(useragent=f"bench-{label}-{k}"))
+              for k in range(threads)]
+    try:
+        def warm(k):
+            for i in range(3):
+                assert agents[k].get_response(f"echo warm {i}", session_id=f"{label}-{k}") == \
+                    f"you said echo warm {i}"
+        _, errors, _ = in_parallel(threads, warm)
+        if errors:
+            raise RuntimeError(f"{label}: warm-up failed: {errors[0]}")
+        time.sleep(0.5)
+        idle0 = cpu_seconds(hub.proc.pid)
+        time.sleep(1.0)
+        idle = cpu_seconds(hub.proc.pid) - idle0
+        wrong = []
+
+        def load(k):
+            for i in range(turns):
+                text = f"echo hi {k} {i}"
+                answer = agents[k].get_response(text, session_id=f"{label}-{k}")
+                if answer != f"you said {text}":
+                    wrong.append(answer)
+        logged0 = log_bytes(hub)
+        cpu0 = cpu_seconds(hub.proc.pid)
+        _, errors, wall = in_parallel(threads, load, timeout=150)
+        cpu = cpu_seconds(hub.proc.pid) - cpu0
+        time.sleep(0.2)
+        logged = log_bytes(hub) - logged0
+        n = threads * turns
+        return {"cpu_per_turn": cpu / n, "cpu": cpu, "wall": wall, "turns": n,
+                "errors": errors + [f"wrong answer {w!r}" for w in wrong[:3]],
+                "idle_cpu_per_s": idle, "log_bytes_per_turn": logged / n}
+    finally:
+        for a in agents:
+            a.shutdown()
+
+
+def bench_cpu(args, log_level, suffix):
+    """Test 1 at one log level. Hubs run one at a time so they never share the two cores."""
+    results = {}
+    for name, make in (("ours", lambda: start_hub(plugin_config(), log_level)),
+                       ("stock", lambda: stock_hub(log_level))):
+        hub = make()
+        creds = hub.add_client(name=f"bench-{name}")
+        results[name] = echo_load(hub, creds, args.threads, args.turns, f"{name}{suffix}")
+        if args.profile:
+            profile_hub(hub, creds, args, name, suffix)
+        for item in [p for p in STARTED if not isinstance(p, Home)][::-1]:
+            item.cleanup()
+            STARTED.remove(item)
+    ours, stock = results["ours"], results["stock"]
+    ratio = ours["cpu_per_turn"] / stock["cpu_per_turn"]
+    level = log_level or "default (INFO)"
+    errors = ours["errors"] + stock["errors"]
+    row(f"hub CPU / echo turn, log {level}", ms(ours["cpu_per_turn"]),
+        f"stock ovos path {ms(stock['cpu_per_turn'])}", "<= 0.6x stock",
+        ratio <= 0.6 and not errors)
+    info("", f"ratio {ratio:.3f}x; {ours['turns']} turns each "
+             f"({args.threads} satellites x {args.turns}); "
+             f"throughput ours {ours['turns'] / ours['wall']:.0f}/s, "
+             f"stock {stock['turns'] / stock['wall']:.0f}/s")
+    info("", f"hub CPU during load: ours {ours['cpu']:.2f} s in {ours['wall']:.1f} s, "
+             f"stock {stock['cpu']:.2f} s in {stock['wall']:.1f} s; idle: ours "
+             f"{ms(ours['idle_cpu_per_s'])}/s, stock {ms(stock['idle_cpu_per_s'])}/s")
+    info("", f"hub stdout log per turn: ours {ours['log_bytes_per_turn']:.0f} B, "
+             f"stock {stock['log_bytes_per_turn']:.0f} B")
+    for e in errors[:5]:
+        info("", f"ERROR {e}")
+
+
+def profile_hub(hub, creds, args, name, suffix):
+    """Optional: py-spy on the hub process (all threads) during a second, unmeasured load."""
+    py_spy = shutil.which("py-spy") or os.path.join(BIN, "py-spy")
+    out = os.path.join(args.profile, f"hub-{name}{suffix}.txt")
+    os.makedirs(args.profile, exist_ok=True)
+    spy = subprocess.Popen([py_spy, "record", "--pid", str(hub.proc.pid), "--format", "raw",
+                            "--rate", "250", "--output", out, "--nonblocking"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1.0)
+    try:
+        echo_load(hub, creds, args.threads, args.turns, f"prof-{name}{suffix}")
+    finally:
+        spy.send_signal(signal.SIGINT)
+        try:
+            spy.wait(30)
+        except subprocess.TimeoutExpired:
+            spy.kill()
+            spy.wait(10)
+    info("", f"py-spy profile of the {name} hub: {out}")
+
+
+def bench_concurrency(args):
+    """Test 2: 6 satellites ask a 2-second engine at once vs one 2-second turn."""
+    hub = start_hub(plugin_config())
+    try:
+        creds = hub.add_client(name="bench-wait")
+        agents = [HiveMindChatAgent(creds.agent_config(useragent=f"bench-wait-{k}"))
+                  for k in range(args.waiters)]
+        try:
+            _, errors, _ = in_parallel(len(agents), lambda k: agents[k].get_response(
+                "hello", session_id=f"wait-{k}"))
+            if errors:
+                raise RuntimeError(f"warm-up failed: {errors[0]}")
+            t = time.perf_counter()
+            single_answer = agents[0].get_response(f"wait {args.wait:g}", session_id="wait-0")
+            single = time.perf_counter() - t
+            answers, errors, wall = in_parallel(len(agents), lambda k: agents[k].get_response(
+                f"wait {args.wait:g}", session_id=f"wait-{k}"))
+            ok = not errors and single_answer == "done waiting" and \
+                all(a == "done waiting" for a in answers)
+            row(f"{len(agents)} satellites x 'wait {args.wait:g}' at once", f"{wall:.2f} s",
+                f"one 'wait {args.wait:g}' turn {single:.2f} s", "<= 1.3x one turn",
+                ok and wall <= 1.3 * single)
+            info("", f"ratio {wall / single:.3f}x" +
+                 ("" if ok else f"; errors/answers: {errors[:2]} {answers}"))
+        finally:
+            for a in agents:
+                a.shutdown()
+    finally:
+        hub.cleanup()
+        STARTED.remove(hub)
+
+
+def bench_relay(args):
+    """Test 3: satellite -> hub B (our plugin, engine hivemind-chat-agent) -> hub A vs direct."""
+    hub_a = start_hub()                   # tests/hub_process.py: the OVOS-like pipeline hub
+    direct_creds = hub_a.add_client(name="bench-direct")
+    relay_creds = hub_a.add_client(name="bench-relay-hop")
+    hub_b = start_hub(plugin_config(engine="hivemind-chat-agent",
+                                    engine_config=relay_creds.agent_config()))
+    sat_creds = hub_b.add_client(name="bench-relay-sat")
+    direct = HiveMindChatAgent(direct_creds.agent_config(useragent="bench-direct"))
+    relay = HiveMindChatAgent(sat_creds.agent_config(useragent="bench-relay"))
+    try:
+        for _ in range(5):   # connects (satellite->B, B's engine->A, satellite->A) and warms
+            assert direct.get_response("hello", session_id="direct") == "hello there"
+            assert relay.get_response("hello", session_id="relay") == "hello there"
+        times = {"direct": [], "relay": []}
+        bad = []
+        for i in range(args.relay_turns):
+            order = [("direct", direct), ("relay", relay)]
+            if i % 2:
+                order.reverse()
+            for name, agent in order:
+                t = time.perf_counter()
+                answer = agent.get_response("hello", session_id=name)
+                times[name].append(time.perf_counter() - t)
+                if answer != "hello there":
+                    bad.append((name, answer))
+        d, r = statistics.median(times["direct"]), statistics.median(times["relay"])
+        p90 = lambda xs: sorted(xs)[int(0.9 * len(xs))]
+        row("relay turn via hub B (median)", ms(r), f"direct turn to hub A {ms(d)}",
+            "<= 1.3x direct + 20 ms", r <= 1.3 * d + 0.020 and not bad)
+        info("", f"limit {ms(1.3 * d + 0.020)}; ratio {r / d:.2f}x; p90 relay "
+                 f"{ms(p90(times['relay']))}, direct {ms(p90(times['direct']))}; "
+                 f"{args.relay_turns} turns each, interleaved"
+                 + (f"; wrong answers {bad[:3]}" if bad else ""))
+    finally:
+        relay.shutdown()
+        direct.shutdown()
+        for hub in (hub_b, hub_a):
+            hub.cleanup()
+            STARTED.remove(hub)
+
+
+def versions():
+    from importlib.metadata import PackageNotFoundError, version
+    out = []
+    for dist in ("hivemind-core", "hivemind-ovos-agent-plugin", "ovos-messagebus",
+                 "ovos-bus-client", "ovos-utils", "hivemind-bus-client"):
+        try:
+            out.append(f"{dist} {version(dist)}")
+        except PackageNotFoundError:
+            out.append(f"{dist} MISSING")
+    return ", ".join(out)
+
+
+def stock_plugin_class():
+    from hivemind_plugin_manager import AgentProtocolFactory
+    cls = AgentProtocolFactory.get_class("hivemind-ovos-agent-plugin")
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--turns", type=int, default=100, help="echo turns per satellite (test 1)")
+    ap.add_argument("--threads", type=int, default=4, help="satellites in test 1")
+    ap.add_argument("--waiters", type=int, default=6, help="satellites in test 2")
+    ap.add_argument("--wait", type=float, default=2.0, help="engine seconds in test 2")
+    ap.add_argument("--relay-turns", type=int, default=100)
+    ap.add_argument("--no-error-level", action="store_true",
+                    help="skip the second CPU run with mycroft.conf log_level ERROR")
+    ap.add_argument("--profile", metavar="DIR",
+                    help="also record py-spy profiles of both hubs (test 1) into DIR")
+    ap.add_argument("--only", choices=["cpu", "wait", "relay"], action="append",
+                    help="run only these tests (repeatable)")
+    args = ap.parse_args()
+    tests = set(args.only or ["cpu", "wait", "relay"])
+
+    print(versions())
+    if "cpu" in tests:
+        print(f"stock agent plugin loaded by name 'hivemind-ovos-agent-plugin': "
+              f"{stock_plugin_class()}")
+    print(f"{os.cpu_count()} CPUs; all servers on 127.0.0.1\n")
+    print(f"{'measure':<44} {'value':<18} {'baseline (same run)':<36} {'target':<24} result")
+    t0 = time.monotonic()
+    try:
+        if "cpu" in tests:
+            bench_cpu(args, None, "")
+            if not args.no_error_level:
+                bench_cpu(args, "ERROR", "-err")
+        if "wait" in tests:
+            bench_concurrency(args)
+        if "relay" in tests:
+            bench_relay(args)
+    except Exception as e:   # noqa: BLE001 - a crash is a failure, reported like one
+        import traceback
+        traceback.print_exc()
+        row("benchmark completed", type(e).__name__, str(e)[:36], "no exception", False)
+    finally:
+        for item in STARTED[::-1]:
+            try:
+                item.cleanup()
+            except Exception:   # noqa: BLE001
+                pass
+    failed = [r for r in ROWS if r[-1] == "FAIL"]
+    print(f"\n(total {time.monotonic() - t0:.0f} s)")
+    print(f"{len(ROWS) - len(failed)} passed, {len(failed)} failed", flush=True)
+    os._exit(1 if failed else 0)   # agent threads may still be winding down
+
+
+if __name__ == "__main__":
+    main()

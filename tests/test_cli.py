@@ -1,0 +1,97 @@
+"""hivemind-chat driven as a person would: in a real pseudo-terminal (pexpect)."""
+import json
+import os
+import subprocess
+import sys
+
+import pexpect
+import pytest
+
+CLI = os.path.join(os.path.dirname(sys.executable), "hivemind-chat")
+
+
+def spawn(*args, env=None):
+    return pexpect.spawn(CLI, list(args), encoding="utf-8", timeout=60,
+                         dimensions=(40, 160), env=env or dict(os.environ))
+
+
+def finish(child):
+    child.expect(pexpect.EOF)
+    child.close()
+    assert not child.isalive()
+    with pytest.raises(ProcessLookupError):      # nothing left behind under that pid
+        os.kill(child.pid, 0)
+    return child.exitstatus
+
+
+def test_demo_chat_remembers_a_name_within_a_session_only():
+    child = spawn("demo")
+    child.expect(r"\[default\] you> ")
+    child.sendline("my name is Ada")
+    child.expect(r"hub> .*Ada")
+    child.expect(r"you> ")
+    child.sendline("what is my name")
+    child.expect(r"hub> Your name is Ada")
+    child.expect(r"you> ")
+    child.sendline("/session elsewhere")
+    child.expect(r"\[elsewhere\] you> ")
+    child.sendline("what is my name")
+    child.expect(r"hub> I don't know your name yet")
+    child.expect(r"you> ")
+    child.sendline("/session default")
+    child.expect(r"\[default\] you> ")
+    child.sendline("what is my name")
+    child.expect(r"hub> Your name is Ada")
+    child.expect(r"you> ")
+    child.sendeof()                                # Ctrl-D
+    assert finish(child) == 0
+
+
+def test_demo_one_shot_prints_and_exits_zero():
+    child = spawn("demo", "hello")
+    child.expect(r"hub> \S+")
+    assert finish(child) == 0
+
+
+def test_ctrl_c_at_the_prompt_leaves_cleanly():
+    child = spawn("demo")
+    child.expect(r"you> ")
+    child.sendintr()
+    assert finish(child) == 0
+
+
+def test_one_shot_against_a_configured_hub(creds):
+    child = spawn("--host", "ws://127.0.0.1", "--port", str(creds.port), "--key", creds.key,
+                  "--password", creds.password, "count 2")
+    child.expect(r"hub> sentence 1\r\n\s+sentence 2")
+    assert finish(child) == 0
+
+
+def test_wrong_password_is_a_clear_message_and_nonzero_exit(creds):
+    child = spawn("--host", "127.0.0.1", "--port", str(creds.port), "--key", creds.key,
+                  "--password", "-", "hello")
+    child.expect("HiveMind password: ")
+    child.sendline("not-the-password")
+    child.expect(r"error: .*password is wrong")
+    before = child.before
+    assert finish(child) == 1
+    assert "Traceback" not in before and "not-the-password" not in before
+
+
+def test_unreachable_hub_is_a_clear_message(creds):
+    child = spawn("--host", "127.0.0.1", "--port", "1", "--key", "k", "--password", "p",
+                  "--timeout", "2", "hello")
+    child.expect(r"error: .*hivemind-core is running")
+    assert finish(child) == 1
+
+
+def test_json_lines_for_scripts(creds):
+    out = subprocess.run([CLI, "--json", "--host", "127.0.0.1", "--port", str(creds.port),
+                          "--key", creds.key, "--password", creds.password,
+                          "--session", "scripted"],
+                         input="count 2\nfail\n", capture_output=True, text=True, timeout=60)
+    events = [json.loads(line) for line in out.stdout.splitlines()]
+    assert out.returncode == 0
+    assert [(e["type"], e.get("text")) for e in events] == [
+        ("sentence", "sentence 1"), ("sentence", "sentence 2"), ("end", None), ("end", None)]
+    assert events[0]["session"] == "scripted" and events[3]["sentences"] == 0
