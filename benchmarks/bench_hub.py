@@ -458,6 +458,7 @@ def main():
     if "cpu" in tests:
         print(f"stock agent plugin loaded by name 'hivemind-ovos-agent-plugin': "
               f"{stock_plugin_class()}")
+        LOG.set_level("ERROR")   # loading the entry points imported hivemind_core (INFO again)
     print(f"{os.cpu_count()} CPUs; all servers on 127.0.0.1\n")
     print(f"{'measure':<44} {'value':<18} {'baseline (same run)':<36} {'target':<24} result")
     t0 = time.monotonic()

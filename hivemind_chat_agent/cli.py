@@ -278,6 +278,8 @@ def main(argv=None) -> int:
             agent.shutdown()
     except ConfigurationError as e:
         out.error(e)
+        if not demo:
+            out.info("no hub at hand? `hivemind-chat demo` starts an embedded one")
         return 2
     except HiveMindChatError as e:
         out.error(e)

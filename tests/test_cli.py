@@ -95,3 +95,11 @@ def test_json_lines_for_scripts(creds):
     assert [(e["type"], e.get("text")) for e in events] == [
         ("sentence", "sentence 1"), ("sentence", "sentence 2"), ("end", None), ("end", None)]
     assert events[0]["session"] == "scripted" and events[3]["sentences"] == 0
+
+
+def test_no_hub_configured_points_to_set_identity_and_the_demo(tmp_path):
+    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path)}
+    out = subprocess.run([CLI, "hello"], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert "set-identity" in out.stderr and "hivemind-chat demo" in out.stderr
+    assert "Traceback" not in out.stderr
