@@ -23,7 +23,8 @@ setup(
     package_data={"hivemind_chat_agent": ["data/*.aiml"]},
     python_requires=">=3.9",
     install_requires=requirements("requirements.txt"),
-    extras_require={"test": requirements("requirements-test.txt")},
+    extras_require={"test": requirements("requirements-test.txt"),
+                    "bench": requirements("requirements-bench.txt")},
     entry_points={
         "opm.agents.chat": [
             "hivemind-chat-agent=hivemind_chat_agent.agent:HiveMindChatAgent",

@@ -1,7 +1,8 @@
 """Hub-side benchmark: every figure next to a baseline measured in the same run.
 
-    python benchmarks/bench_hub.py [--turns 100] [--threads 4] [--relay-turns 100]
-                                   [--no-error-level] [--profile DIR]
+    python benchmarks/bench_hub.py [--turns 100] [--threads 4] [--blocks 4] [--relay-turns 100]
+                                   [--no-error-level] [--profile DIR] [--nodelay-check auto]
+                                   [--only cpu|wait|relay]
 
 Everything runs in its own process on 127.0.0.1 and is stopped at the end:
   1. hub CPU per echo turn (user+sys of the hub process only, /proc/<pid>/stat), same load on
@@ -9,10 +10,13 @@ Everything runs in its own process on 127.0.0.1 and is stopped at the end:
      (b) the stock path: `hivemind-core listen` + hivemind-ovos-agent-plugin -> ovos-messagebus
          (own process) -> an answering service (own process, ovos_bus_client) that replies
          `speak` + `ovos.utterance.handled` with Message.reply, as OVOS skills do.
-     Run at the default log level (INFO for both) and again with mycroft.conf log_level ERROR.
+     Both hubs stay up; measured blocks alternate between them. Run at the default log level
+     (INFO for both) and again with mycroft.conf log_level ERROR in both hubs' XDG config.
+     --profile DIR adds unmeasured blocks under py-spy and prints where each hub's CPU goes.
   2. 6 satellites asking a 2-second engine at once vs one 2-second turn.
   3. relay turn: satellite -> hub B (our plugin, engine "hivemind-chat-agent") -> hub A (the
-     test pipeline hub) vs a direct turn to hub A (interleaved, medians).
+     test pipeline hub) vs a direct turn to hub A (interleaved, medians). When it fails, the
+     same is measured again with TCP_NODELAY on the hubs' sockets, as a diagnostic (not graded).
 
 Needs the `bench` extra (requirements-bench.txt): hivemind-ovos-agent-plugin, ovos-messagebus.
 """
@@ -109,12 +113,29 @@ def plugin_config(engine="engines:ScriptEngine", engine_config=None, **knobs):
                                            "engine_config": engine_config or {}, **knobs}}
 
 
-def cpu_seconds(pid: int) -> float:
-    """user + sys CPU of one process (all its threads, not its children)."""
+def proc_stats(pid: int) -> dict:
+    """CPU (user, sys; all threads of this one process, not its children) and context
+    switches of its live threads, from /proc."""
     with open(f"/proc/{pid}/stat") as f:
         stat = f.read()
     fields = stat[stat.rindex(")") + 2:].split()   # fields[0] is field 3 (state)
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+    out = {"user": int(fields[11]) / CLK_TCK, "sys": int(fields[12]) / CLK_TCK}
+    out["voluntary"] = out["nonvoluntary"] = 0
+    for task in os.listdir(f"/proc/{pid}/task"):   # per thread; threads come and go
+        try:
+            with open(f"/proc/{pid}/task/{task}/status") as f:
+                for line in f:
+                    if line.startswith(("voluntary_ctxt", "nonvoluntary_ctxt")):
+                        key, _, value = line.partition(":")
+                        out[key.split("_")[0]] += int(value)
+        except OSError:
+            pass
+    return out
+
+
+def cpu_seconds(pid: int) -> float:
+    st = proc_stats(pid)
+    return st["user"] + st["sys"]
 
 
 def wait_port(port, proc, what, timeout=60):
@@ -244,98 +265,130 @@ def log_bytes(hub):
         return 0
 
 
-def echo_load(hub, creds, threads, turns, label):
-    """`threads` satellites (one HiveMindChatAgent and session each, connected before the
-    measurement) doing `turns` echo turns each. Returns hub CPU seconds per turn and more."""
-    agents = [HiveMindChatAgent(creds.agent_config(useragent=f"bench-{label}-{k}"))
-              for k in range(threads)]
-    try:
+class Satellites:
+    """`threads` satellites on one hub (one HiveMindChatAgent and session_id each), connected
+    and warmed before anything is measured; `load()` runs one measured block of echo turns."""
+
+    def __init__(self, hub, creds, threads, label):
+        self.hub, self.label, self.threads = hub, label, threads
+        self.agents = [HiveMindChatAgent(creds.agent_config(useragent=f"bench-{label}-{k}"))
+                       for k in range(threads)]
+        self.total = {"cpu": 0.0, "user": 0.0, "sys": 0.0, "voluntary": 0,
+                      "nonvoluntary": 0, "wall": 0.0, "turns": 0, "log": 0}
+        self.errors = []
+        self.blocks = 0
         # connect one satellite at a time: the stock plugin iterates the client dict on the
         # bus thread while the IO loop adds to it, and a connect burst makes it drop its bus
         # connection ("dictionary changed size during iteration", a 5 s reconnect)
         for k in range(threads):
-            answer = agents[k].get_response("echo connect", session_id=f"{label}-{k}")
-            assert answer == "you said echo connect", answer
+            answer = self.ask(k, "echo connect")
+            if answer != "you said echo connect":
+                raise RuntimeError(f"{label}: satellite {k} got {answer!r}")
             time.sleep(0.2)
-
-        def warm(k):
-            for i in range(3):
-                assert agents[k].get_response(f"echo warm {i}", session_id=f"{label}-{k}") == \
-                    f"you said echo warm {i}"
-        _, errors, _ = in_parallel(threads, warm)
+        _, errors, _ = in_parallel(threads, lambda k: [self.ask(k, f"echo warm {i}")
+                                                       for i in range(3)])
         if errors:
             raise RuntimeError(f"{label}: warm-up failed: {errors[0]}")
-        time.sleep(0.5)
-        idle0 = cpu_seconds(hub.proc.pid)
-        time.sleep(1.0)
-        idle = cpu_seconds(hub.proc.pid) - idle0
-        wrong = []
 
-        def load(k):
+    def ask(self, k, text):
+        return self.agents[k].get_response(text, session_id=f"{self.label}-{k}")
+
+    def idle_cpu(self, seconds=1.0):
+        c0 = cpu_seconds(self.hub.proc.pid)
+        time.sleep(seconds)
+        return (cpu_seconds(self.hub.proc.pid) - c0) / seconds
+
+    def load(self, turns):
+        block, wrong = self.blocks, []
+        self.blocks += 1
+
+        def work(k):
             for i in range(turns):
-                text = f"echo hi {k} {i}"
-                answer = agents[k].get_response(text, session_id=f"{label}-{k}")
+                text = f"echo hi {k} {block} {i}"
+                answer = self.ask(k, text)
                 if answer != f"you said {text}":
                     wrong.append(answer)
-        logged0 = log_bytes(hub)
-        cpu0 = cpu_seconds(hub.proc.pid)
-        _, errors, wall = in_parallel(threads, load, timeout=150)
-        cpu = cpu_seconds(hub.proc.pid) - cpu0
-        time.sleep(0.2)
-        logged = log_bytes(hub) - logged0
-        n = threads * turns
-        return {"cpu_per_turn": cpu / n, "cpu": cpu, "wall": wall, "turns": n,
-                "errors": errors + [f"wrong answer {w!r}" for w in wrong[:3]],
-                "idle_cpu_per_s": idle, "log_bytes_per_turn": logged / n}
-    finally:
-        for a in agents:
+        log0, st0 = log_bytes(self.hub), proc_stats(self.hub.proc.pid)
+        _, errors, wall = in_parallel(self.threads, work, timeout=150)
+        st1 = proc_stats(self.hub.proc.pid)
+        time.sleep(0.1)
+        t = self.total
+        for key in ("user", "sys", "voluntary", "nonvoluntary"):
+            t[key] += st1[key] - st0[key]
+        t["cpu"] = t["user"] + t["sys"]
+        t["wall"] += wall
+        t["turns"] += self.threads * turns
+        t["log"] += log_bytes(self.hub) - log0
+        self.errors += errors + [f"wrong answer {w!r}" for w in wrong[:3]]
+
+    def shutdown(self):
+        for a in self.agents:
             a.shutdown()
 
 
 def bench_cpu(args, log_level, suffix):
-    """Test 1 at one log level. Hubs run one at a time so they never share the two cores."""
-    results = {}
-    for name, make in (("ours", lambda: start_hub(plugin_config(), log_level)),
-                       ("stock", lambda: stock_hub(log_level))):
-        hub = make()
-        creds = hub.add_client(name=f"bench-{name}")
-        results[name] = echo_load(hub, creds, args.threads, args.turns, f"{name}{suffix}")
+    """Test 1 at one log level. Both hubs run side by side but only one is loaded at a time;
+    measured blocks alternate (ours, stock, stock, ours, ...) so drift hits both equally."""
+    hubs, sats = {}, {}
+    try:
+        hubs["ours"] = start_hub(plugin_config(), log_level)
+        hubs["stock"] = stock_hub(log_level)
+        for name, hub in hubs.items():
+            creds = hub.add_client(name=f"bench-{name}")
+            sats[name] = Satellites(hub, creds, args.threads, f"{name}{suffix}")
+        time.sleep(0.5)
+        idle = {name: s.idle_cpu() for name, s in sats.items()}
+        per_block = max(1, args.turns // args.blocks)
+        for b in range(args.blocks):
+            for name in (("ours", "stock") if b % 2 == 0 else ("stock", "ours")):
+                sats[name].load(per_block)
+        report_cpu(args, log_level, sats, idle)
         if args.profile:
-            profile_hub(hub, creds, args, name, suffix)
+            for name, s in sats.items():
+                profile_hub(s, args, name, suffix, per_block)
+    finally:
+        for s in sats.values():
+            s.shutdown()
         for item in [p for p in STARTED if not isinstance(p, Home)][::-1]:
             item.cleanup()
             STARTED.remove(item)
-    ours, stock = results["ours"], results["stock"]
-    ratio = ours["cpu_per_turn"] / stock["cpu_per_turn"]
+
+
+def report_cpu(args, log_level, sats, idle):
+    ours, stock = sats["ours"].total, sats["stock"].total
+    o, st = ours["cpu"] / ours["turns"], stock["cpu"] / stock["turns"]
+    ratio = o / st
     level = log_level or "default (INFO)"
-    errors = ours["errors"] + stock["errors"]
-    row(f"hub CPU / echo turn, log {level}", ms(ours["cpu_per_turn"]),
-        f"stock ovos path {ms(stock['cpu_per_turn'])}", "<= 0.6x stock",
-        ratio <= 0.6 and not errors)
-    info("", f"ratio {ratio:.3f}x; {ours['turns']} turns each "
-             f"({args.threads} satellites x {args.turns}); "
-             f"throughput ours {ours['turns'] / ours['wall']:.0f}/s, "
-             f"stock {stock['turns'] / stock['wall']:.0f}/s")
-    info("", f"hub CPU during load: ours {ours['cpu']:.2f} s in {ours['wall']:.1f} s, "
-             f"stock {stock['cpu']:.2f} s in {stock['wall']:.1f} s; idle: ours "
-             f"{ms(ours['idle_cpu_per_s'])}/s, stock {ms(stock['idle_cpu_per_s'])}/s")
-    info("", f"hub stdout log per turn: ours {ours['log_bytes_per_turn']:.0f} B, "
-             f"stock {stock['log_bytes_per_turn']:.0f} B")
+    errors = sats["ours"].errors + sats["stock"].errors
+    row(f"hub CPU / echo turn, log {level}", ms(o), f"stock ovos path {ms(st)}",
+        "<= 0.6x stock", ratio <= 0.6 and not errors)
+    info("", f"ratio {ratio:.3f}x; {ours['turns']} turns each ({args.threads} satellites, "
+             f"{args.blocks} alternating blocks); throughput ours "
+             f"{ours['turns'] / ours['wall']:.0f}/s, stock {stock['turns'] / stock['wall']:.0f}/s")
+    for name, t in (("ours", ours), ("stock", stock)):
+        n = t["turns"]
+        info("", f"{name:<5} hub: user {ms(t['user'] / n)} + sys {ms(t['sys'] / n)} per turn; "
+                 f"ctx switches/turn {t['voluntary'] / n:.1f} vol, "
+                 f"{t['nonvoluntary'] / n:.1f} invol; stdout log {t['log'] / n:.0f} B/turn; "
+                 f"idle {ms(idle[name])}/s")
     for e in errors[:5]:
         info("", f"ERROR {e}")
 
 
-def profile_hub(hub, creds, args, name, suffix):
-    """Optional: py-spy on the hub process (all threads) during a second, unmeasured load."""
+def profile_hub(sats, args, name, suffix, turns):
+    """Optional: py-spy on the hub process (all threads) during extra, unmeasured blocks."""
     py_spy = shutil.which("py-spy") or os.path.join(BIN, "py-spy")
     out = os.path.join(args.profile, f"hub-{name}{suffix}.txt")
     os.makedirs(args.profile, exist_ok=True)
-    spy = subprocess.Popen([py_spy, "record", "--pid", str(hub.proc.pid), "--format", "raw",
+    spy = subprocess.Popen([py_spy, "record", "--pid", str(sats.hub.proc.pid), "--format", "raw",
                             "--rate", "250", "--output", out, "--nonblocking"],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(1.0)
     try:
-        echo_load(hub, creds, args.threads, args.turns, f"prof-{name}{suffix}")
+        saved = dict(sats.total), list(sats.errors)
+        for _ in range(args.blocks):
+            sats.load(turns)
+        sats.total, sats.errors = saved
     finally:
         spy.send_signal(signal.SIGINT)
         try:
@@ -343,7 +396,53 @@ def profile_hub(hub, creds, args, name, suffix):
         except subprocess.TimeoutExpired:
             spy.kill()
             spy.wait(10)
-    info("", f"py-spy profile of the {name} hub: {out}")
+    n = args.blocks * turns * args.threads
+    info("", f"py-spy profile of the {name} hub ({n} unmeasured turns): {out}")
+    summarize_profile(out, n)
+
+
+def summarize_profile(path, turns, rate=250):
+    """Where the hub's CPU goes, from py-spy's collapsed stacks: ms per turn by path."""
+    stacks = []
+    try:
+        with open(path) as f:
+            for line in f:
+                frames, _, count = line.rstrip().rpartition(" ")
+                if frames:
+                    stacks.append((frames.split(";"), int(count)))
+    except (OSError, ValueError) as e:
+        info("", f"  (no profile: {e})")
+        return
+    total = sum(c for _, c in stacks) or 1
+
+    def under(pattern, unless=None):
+        return sum(c for fr, c in stacks if any(pattern in f for f in fr)
+                   and not (unless and any(unless in f for f in fr)))
+    per_turn = lambda c: f"{c / rate / turns * 1000:5.2f} ms {100 * c / total:5.1f}%"
+    for label, pattern, unless in [
+            ("sampled hub CPU", ";", None),
+            ("hivemind-core receive (ws on_message)", "HiveMindTornadoWebSocket.on_message",
+             None),
+            ("  update_last_seen (client db rewrite)", "update_last_seen", None),
+            ("  agent bus emit to ovos-messagebus", "MessageBusClient.emit", None),
+            ("hivemind-core send (client.send)", "HiveMindClientConnection.send", None),
+            ("stock: ovos bus client thread", "MessageBusClient.on_message", None),
+            ("  of it not in client.send", "MessageBusClient.on_message",
+             "HiveMindClientConnection.send"),
+            ("our plugin, outside client.send", "hivemind_chat_agent/",
+             "HiveMindClientConnection.send"),
+            ("engine (ScriptEngine)", "ScriptEngine.", None),
+            ("ovos_utils LOG (inspect.stack)", "LOG._get_real_logger", None),
+            ("  LOG.debug", "LOG.debug", None)]:
+        c = total if pattern == ";" else under(pattern, unless)
+        info("", f"  {label:<40} {per_turn(c)}")
+    selfs = {}
+    for fr, c in stacks:
+        leaf = fr[-1].split(" (")[0] + " (" + os.path.basename(fr[-1].split(" (")[-1])
+        selfs[leaf] = selfs.get(leaf, 0) + c
+    top = sorted(selfs.items(), key=lambda kv: -kv[1])[:6]
+    info("", "  top self: " + "; ".join(f"{k.rstrip(')')} {100 * v / total:.0f}%"
+                                       for k, v in top))
 
 
 def bench_concurrency(args):
@@ -492,6 +591,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--turns", type=int, default=100, help="echo turns per satellite (test 1)")
     ap.add_argument("--threads", type=int, default=4, help="satellites in test 1")
+    ap.add_argument("--blocks", type=int, default=4,
+                    help="test 1: measured blocks per hub, alternating between the hubs")
     ap.add_argument("--waiters", type=int, default=6, help="satellites in test 2")
     ap.add_argument("--wait", type=float, default=2.0, help="engine seconds in test 2")
     ap.add_argument("--relay-turns", type=int, default=100)
@@ -506,6 +607,7 @@ def main():
                     help="run only these tests (repeatable)")
     args = ap.parse_args()
     tests = set(args.only or ["cpu", "wait", "relay"])
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # still stop every process
 
     print(versions())
     if "cpu" in tests:
