@@ -64,6 +64,9 @@ def preferred_ciphers() -> List[str]:
     return [c.value for c in (order if aes else order[::-1])]
 
 
+_QUICKACK = getattr(socket, "TCP_QUICKACK", None)   # Linux only
+
+
 class _NullBus:
     """The library mirrors every BUS message onto an internal bus; we take replies directly."""
 
@@ -109,10 +112,24 @@ class _Transport(HiveMessageBusClient):
         self._owner._on_socket_closed()
 
     def on_message(self, *args):
+        self._ack_now()
         try:
             super().on_message(*args)
         except Exception as e:  # malformed, undecryptable or hostile frame: drop it, keep going
             LOG.debug(f"ignoring undecodable frame from hub: {type(e).__name__}")
+
+    def _ack_now(self):
+        """Acknowledge received data at once instead of after the ~40 ms delayed-ACK timer.
+
+        hivemind-core's tornado server does not set TCP_NODELAY, so its `handled` frame, written
+        right after a `speak`, is held by Nagle's algorithm until our ACK of the `speak` arrives.
+        Linux resets TCP_QUICKACK after each ACK, hence once per frame."""
+        raw = getattr(getattr(self.client, "sock", None), "sock", None)
+        if raw is not None and _QUICKACK is not None:
+            try:
+                raw.setsockopt(socket.IPPROTO_TCP, _QUICKACK, 1)
+            except OSError:
+                pass
 
     def _handle_hive_protocol(self, message: HiveMessage):
         self._owner._on_hive_message(message)

@@ -124,6 +124,7 @@ class LocalHub:
         class Handler(HiveMindTornadoWebSocket):
             def open(self):
                 handlers.append(self)
+                self.set_nodelay(True)   # replies are small frames; don't let Nagle hold them
                 super().open()
 
             def on_close(self):
