@@ -1,7 +1,7 @@
 """Chat engines for the hub-side tests, loaded by hivemind-core as "engines:ScriptEngine".
 
 Commands (first word): hello | count N | slow N SECONDS | wait SECONDS | raise | hang SECONDS |
-empty | remember WORDS | recall | whoami | lang; anything else is echoed.
+empty | remember WORDS | recall | whoami | lang | units; anything else is echoed.
 """
 import threading
 import time
@@ -54,5 +54,7 @@ class ScriptEngine(ChatEngine):
             yield f"session {session_id}"
         elif cmd == "lang":
             yield f"language {lang}"
+        elif cmd == "units":
+            yield f"units {units}"
         else:
             yield f"you said {text}"

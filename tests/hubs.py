@@ -88,6 +88,15 @@ class HubProcess:
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
         return HubCredentials("127.0.0.1", self.port, key, password, name)
 
+    def client_id(self, key: str) -> str:
+        """The node id hivemind-core's database gave the client with this access key."""
+        path = os.path.join(hub_environment(self.home)["XDG_DATA_HOME"], "hivemind-core",
+                            "clients.json")
+        with open(path) as f:
+            clients = json.load(f)
+        rows = clients.values() if isinstance(clients, dict) else clients
+        return str(next(c["client_id"] for c in rows if c.get("api_key") == key))
+
     @staticmethod
     def _drain(stream, log):
         try:

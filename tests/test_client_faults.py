@@ -11,8 +11,8 @@ from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
 from conftest import agent_threads
 from hubs import free_port
 from hivemind_chat_agent import (AccessKeyRejectedError, AgentClosedError, ConnectionLostError,
-                                 HiveMindChatAgent, HiveMindChatError, HubUnreachableError,
-                                 WrongPasswordError)
+                                 HandshakeTimeoutError, HiveMindChatAgent, HiveMindChatError,
+                                 HubUnreachableError, WrongPasswordError)
 
 
 def test_wrong_access_key_fails_fast_and_stops_trying(hub, make_agent):
@@ -46,6 +46,41 @@ def test_hub_down_fails_within_connect_timeout(make_agent):
     with pytest.raises(HubUnreachableError, match="hivemind-core is running"):
         agent.get_response("hello", session_id="down")
     assert time.monotonic() - start < 2.5
+
+
+def test_a_server_that_never_handshakes_is_a_handshake_timeout(make_agent):
+    """A websocket server on the hub's port that accepts and then says nothing."""
+    import asyncio
+    from tornado.ioloop import IOLoop
+    from tornado.netutil import bind_sockets
+    from tornado.web import Application
+    from tornado.websocket import WebSocketHandler
+
+    class Silent(WebSocketHandler):
+        def on_message(self, message):
+            pass
+    sockets = bind_sockets(0, "127.0.0.1")
+    port = sockets[0].getsockname()[1]
+    loops = []
+
+    def serve():
+        asyncio.set_event_loop(asyncio.new_event_loop())
+        from tornado.httpserver import HTTPServer
+        HTTPServer(Application([("/", Silent)])).add_sockets(sockets)
+        loops.append(IOLoop.current())
+        IOLoop.current().start()
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        agent = make_agent({"host": "127.0.0.1", "port": port, "key": "k", "password": "p",
+                            "connect_timeout": 1.5})
+        start = time.monotonic()
+        with pytest.raises(HandshakeTimeoutError, match="did not finish the handshake"):
+            agent.get_response("hello", session_id="silent")
+        assert 1.4 <= time.monotonic() - start < 3
+    finally:
+        while not loops:
+            time.sleep(0.01)
+        loops[0].add_callback(loops[0].stop)
 
 
 def test_hub_killed_mid_turn_then_restarted_conversation_goes_on(own_hub, make_agent):

@@ -101,6 +101,28 @@ def test_echo_and_sentences_in_order(sat_a, make_agent):
     assert agent.get_response("count 3", session_id="echo") == \
         "sentence 1\nsentence 2\nsentence 3"
     assert agent.get_response("lang", session_id="echo", lang="de-DE") == "language de-DE"
+    assert agent.get_response("units", session_id="echo", units="imperial") == "units imperial"
+
+
+def test_newer_ovos_utterance_topic_is_answered_too(chat_hub):
+    import subprocess
+    from hubs import HUB_CLI
+    creds = chat_hub.add_client(name="newer-ovos")
+    node_id = chat_hub.client_id(creds.key)
+    subprocess.run([HUB_CLI, "allow-msg", "ovos.utterance.handle", node_id], env=chat_hub.env,
+                   check=True, capture_output=True, timeout=60)
+    sat = RawSatellite(creds)
+    try:
+        sat.received.clear()
+        sat.handled.clear()
+        sat.client.emit(Message("ovos.utterance.handle", {"utterances": ["count 2"]},
+                                {"session": Session(sat.client.session_id).serialize()}))
+        assert sat.handled.wait(5)
+        time.sleep(0.3)
+        assert [t for t in sat.received if t != "ovos.utterance.handle"] == \
+            ["speak", "speak", "ovos.utterance.handled"]
+    finally:
+        sat.close()
 
 
 def test_exactly_one_handled_after_the_speaks(sat_a):
