@@ -81,24 +81,23 @@ class HiveMindChatAgent(ChatEngine):
             if self._closed:
                 raise AgentClosedError("this agent was shut down; create a new one to chat again")
             session = self.sessions.for_turn(sid, lang, units)
-            conn = self.pool.acquire(session)
+            conn = self.pool.acquire(session)      # leased: eviction leaves it alone
+            clean = False
             try:
                 handle = conn.start_turn(session, utterance, uuid.uuid4().hex,
                                          self.settings.timeout)
-            except HiveMindChatError:
-                self.pool.discard(sid)
-                raise
-            clean = False
-            try:
-                for event in self._events(conn, handle):
-                    if isinstance(event, Sentence):
-                        yield event.text
-                    else:
-                        clean = self._outcome(event, handle)
+                try:
+                    for event in self._events(conn, handle):
+                        if isinstance(event, Sentence):
+                            yield event.text
+                        else:
+                            clean = self._outcome(event, handle)
+                finally:
+                    if not handle.turn.state.is_final:
+                        conn.abort(handle, "the caller stopped reading the answer")
+                    conn.finish_turn(handle)
             finally:
-                if not handle.turn.state.is_final:
-                    conn.abort(handle, "the caller stopped reading the answer")
-                conn.finish_turn(handle)
+                self.pool.release(conn)
                 if not clean:   # late replies of this turn must not reach the next one
                     self.pool.discard(sid)
 

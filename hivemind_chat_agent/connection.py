@@ -21,6 +21,7 @@ import time
 from types import SimpleNamespace
 from typing import Any, Callable, Dict, List, Optional
 
+import pybase64
 from hivemind_bus_client.client import HiveMessageBusClient
 from hivemind_bus_client.encryption import SupportedCiphers, SupportedEncodings
 from hivemind_bus_client.identity import NodeIdentity
@@ -202,6 +203,7 @@ class HubConnection:
         self._pswd: Optional[PasswordHandShake] = None
         self._thread: Optional[threading.Thread] = None
         self.last_used = clock()
+        self.leases = 0                     # turns holding this connection (the pool's lock)
         self._transport = self._make_transport()
 
     # ---- lifecycle (caller's thread) ----
@@ -247,11 +249,6 @@ class HubConnection:
     @property
     def alive(self) -> bool:
         return self._ready.is_set() and not self._closed
-
-    @property
-    def busy(self) -> bool:
-        with self._lock:
-            return bool(self._handles)
 
     def close(self) -> None:
         """Close the socket and end the socket thread; waiting turns end as LOST."""
@@ -378,7 +375,8 @@ class HubConnection:
         elif not self._ready.is_set():
             self._fail(HubUnreachableError(
                 f"could not connect to {self.config.url_host}:{self.config.port} "
-                f"({type(error).__name__}: {error}); check host, port and TLS settings"))
+                f"({type(error).__name__}: {self._redact(str(error))}); check host, port and "
+                "TLS settings"))
         else:
             self._on_socket_closed()
 
@@ -394,6 +392,14 @@ class HubConnection:
             return
         self._closed = True
         self._fail_turns("the hub closed the connection during the turn")
+
+    def _redact(self, text: str) -> str:
+        """Library errors may quote the URL, whose query carries base64("useragent:key")."""
+        for secret in (self.config.key, self.config.password,
+                       pybase64.b64encode(f"{self.config.useragent}:{self.config.key}".encode()
+                                          ).decode()):
+            text = text.replace(secret, "***")
+        return text
 
     def _fail(self, error: HiveMindChatError):
         if self._error is None:

@@ -30,8 +30,9 @@ class ConnectionPool:
         self._reaper: Optional[threading.Thread] = None
 
     def acquire(self, session: Session) -> HubConnection:
-        """The live connection for this session, connecting if needed (callers serialize per
-        session, so two connects for one session never race)."""
+        """The live connection for this session, connecting if needed, leased to the caller until
+        `release()` (callers serialize per session, so two connects for one session never
+        race)."""
         sid = session.session_id
         with self._lock:
             self._check_open()
@@ -39,6 +40,7 @@ class ConnectionPool:
             if conn is not None:
                 if conn.alive:
                     self._conns.move_to_end(sid)
+                    conn.leases += 1
                     return conn
                 del self._conns[sid]
         if conn is not None:
@@ -49,11 +51,18 @@ class ConnectionPool:
                 conn.close()
                 self._check_open()
             self._conns[sid] = conn
+            conn.leases += 1
             evicted = self._evict_over_bound(keep=sid)
             self._start_reaper()
         for old in evicted:
             old.close()
         return conn
+
+    def release(self, conn: HubConnection) -> None:
+        """The caller's turn is over; the connection may be evicted or reaped again."""
+        with self._lock:
+            conn.leases -= 1
+            conn.last_used = self._clock()
 
     def discard(self, session_id: str) -> None:
         """Drop a connection whose stream can no longer be trusted (lost, timed out, abandoned)."""
@@ -66,8 +75,8 @@ class ConnectionPool:
         now = self._clock()
         with self._lock:
             idle = [sid for sid, c in self._conns.items()
-                    if not c.busy and (now - c.last_used >= self.config.idle_timeout
-                                       or not c.alive)]
+                    if not c.leases and (now - c.last_used >= self.config.idle_timeout
+                                         or not c.alive)]
             conns = [self._conns.pop(sid) for sid in idle]
             conns += self._evict_over_bound(keep=None)
         for conn in conns:
@@ -100,7 +109,7 @@ class ConnectionPool:
             if len(self._conns) <= self.config.max_connections:
                 break
             conn = self._conns[sid]
-            if sid != keep and not conn.busy:
+            if sid != keep and not conn.leases:
                 evicted.append(self._conns.pop(sid))
         if len(self._conns) > self.config.max_connections:
             LOG.debug(f"{len(self._conns)} connections are busy, over max_connections="
