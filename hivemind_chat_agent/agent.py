@@ -117,7 +117,7 @@ class HiveMindChatAgent(ChatEngine):
     def _outcome(self, event: Ended, handle: TurnHandle) -> bool:
         """True when the connection is still in step with the hub; raises for failed turns."""
         state = event.state
-        if state in (TurnState.HANDLED, TurnState.UNMATCHED, TurnState.CANCELLED):
+        if state.in_step:
             if state is not TurnState.HANDLED:
                 LOG.debug(f"turn ended: {event.reason}")
             return True

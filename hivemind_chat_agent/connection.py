@@ -359,11 +359,12 @@ class HubConnection:
             return
         with self._lock:
             turn, events, why = self._table.route(reply, self._clock())
-            if turn is None:
+            if why:
                 LOG.debug(f"ignoring reply: {why}")
                 return
-            SessionBook.absorb(turn.session_id, reply.session)
-            self._handles[turn.session_id].push(events)
+            SessionBook.absorb(reply.session_id, reply.session)
+            if turn is not None:
+                self._handles[turn.session_id].push(events)
 
     def _on_socket_error(self, error: Any):
         if isinstance(error, ConnectionRefusedError):

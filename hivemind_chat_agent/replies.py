@@ -30,6 +30,7 @@ class Reply:
     session: Optional[Mapping[str, Any]]   # serialized Session, validated to be a dict
     turn_tag: Optional[str]                 # our tag echoed back in context, if the hub kept it
     utterance: str = ""
+    expect_response: bool = False           # a skill asked a question and waits for the answer
 
 
 def parse_reply(msg_type: Any, data: Any, context: Any) -> Tuple[Optional[Reply], str]:
@@ -60,7 +61,8 @@ def parse_reply(msg_type: Any, data: Any, context: Any) -> Tuple[Optional[Reply]
             return None, f"{msg_type}: utterance is not a string"
         if len(utterance) > MAX_UTTERANCE_CHARS:
             return None, f"{msg_type}: utterance of {len(utterance)} chars is too long"
-        return Reply(ReplyKind.SPEAK, msg_type, session_id, session, tag, utterance), ""
+        return Reply(ReplyKind.SPEAK, msg_type, session_id, session, tag, utterance,
+                     data.get("expect_response") is True), ""
     if msg_type in HANDLED_TYPES:
         kind = ReplyKind.HANDLED
     elif msg_type in UNMATCHED_TYPES:

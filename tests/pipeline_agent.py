@@ -17,11 +17,14 @@ Utterances it understands (first word):
   lang                  says the Session's language
   units                 says the Session's unit system
   whoami                says the session_id the hub saw
+  ask [SECONDS]         asks a question (expect_response), takes the session's next utterance
+                        as the answer (handled at once), then goes on: a skill's get_response
   hostile               garbage of every kind, then one good sentence and handled
   both                  newer OVOS: each sentence as "speak" and "ovos.utterance.speak"
   untagged N            N sentences with the turn tag stripped from the replies
 """
 import json
+import queue
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -42,10 +45,16 @@ class PipelineAgent(AgentProtocol):
         self._pool = ThreadPoolExecutor(max_workers=32)
         self.bus.on("recognizer_loop:utterance", self._on_utterance)
         self.seen = []
+        self._questions = {}   # session_id -> queue of the answer, while a skill waits
 
     def _on_utterance(self, message: Message):
         loop = IOLoop.current()   # we are on the hub's IO loop thread here
         peer = message.context.get("peer")
+        waiting = self._questions.get(message.context.get("session", {}).get("session_id"))
+        if waiting is not None:   # a skill asked: this utterance is its answer (response mode)
+            waiting.put((message.data.get("utterances") or [""])[0])
+            self._send(loop, peer, message.reply("ovos.utterance.handled", {}))
+            return
         self._pool.submit(self._answer, message, peer, loop)
 
     def _send(self, loop, peer, reply: Message):
@@ -55,9 +64,9 @@ class PipelineAgent(AgentProtocol):
                 client.send(HiveMessage(HiveMessageType.BUS, payload=reply))
         loop.add_callback(send)
 
-    def _speak(self, loop, peer, message, text, msg_type="speak"):
+    def _speak(self, loop, peer, message, text, msg_type="speak", expect_response=False):
         self._send(loop, peer, message.reply(msg_type, {"utterance": text,
-                                                        "expect_response": False,
+                                                        "expect_response": expect_response,
                                                         "meta": {}, "lang": "en-US"}))
 
     def _answer(self, message: Message, peer, loop):
@@ -105,6 +114,18 @@ class PipelineAgent(AgentProtocol):
             self._speak(loop, peer, message, f"language {sess.lang}")
         elif cmd == "units":
             self._speak(loop, peer, message, f"units {sess.system_unit}")
+        elif cmd == "ask":   # a skill calling get_response(): ask, wait, go on in this handler
+            answers = self._questions[sess.session_id] = queue.Queue()
+            self._speak(loop, peer, message, "what is your favourite colour?",
+                        expect_response=True)
+            try:
+                answer = answers.get(timeout=float(args[0]) if args else 10)
+            except queue.Empty:
+                answer = None
+            finally:
+                self._questions.pop(sess.session_id, None)
+            self._speak(loop, peer, message,
+                        f"{answer} is a fine colour" if answer else "no answer, never mind")
         elif cmd == "whoami":
             self._speak(loop, peer, message, f"session {sess.session_id}")
         elif cmd == "hostile":

@@ -67,6 +67,20 @@ def test_one_shot_against_a_configured_hub(creds):
     assert finish(child) == 0
 
 
+def test_interactive_follow_up_question_keeps_the_session(creds):
+    child = spawn("--host", "127.0.0.1", "--port", str(creds.port), "--key", creds.key,
+                  "--password", creds.password, "--session", "cli-follow")
+    child.expect(r"\[cli-follow\] you> ")
+    child.sendline("ask")
+    child.expect(r"hub> what is your favourite colour\?")
+    child.expect(r"you> ")
+    child.sendline("purple")
+    child.expect(r"hub> purple is a fine colour")
+    child.expect(r"you> ")
+    child.sendline("/quit")
+    assert finish(child) == 0
+
+
 def test_wrong_password_is_a_clear_message_and_nonzero_exit(creds):
     child = spawn("--host", "127.0.0.1", "--port", str(creds.port), "--key", creds.key,
                   "--password", "-", "hello")

@@ -130,6 +130,17 @@ def test_failure_and_cancel_end_the_turn_without_waiting(creds, make_agent):
         assert agent.get_response("count 2", session_id="early") == "sentence 1\nsentence 2"
 
 
+def test_a_skill_asking_a_follow_up_question_works_across_turns(creds, make_agent):
+    agent = make_agent(creds.agent_config(timeout=10))
+    start = time.monotonic()
+    assert agent.get_response("ask", session_id="follow") == "what is your favourite colour?"
+    assert time.monotonic() - start < 2                 # the question ends the turn at once
+    assert agent.get_response("blue", session_id="follow") == "blue is a fine colour"
+    assert agent.get_response("count 2", session_id="follow") == "sentence 1\nsentence 2"
+    assert agent.get_response("ask", session_id="follow") == "what is your favourite colour?"
+    assert agent.get_response("green", session_id="follow") == "green is a fine colour"
+
+
 def test_silence_times_out_with_a_clear_error(creds, make_agent):
     agent = make_agent(creds.agent_config(timeout=1))
     start = time.monotonic()

@@ -66,7 +66,7 @@ def test_sentences_then_handled():
     assert t.receive(speak("one"), 1.0) == [Sentence("one")]
     assert t.state is TurnState.SPEAKING
     assert t.receive(speak("two"), 2.0) == [Sentence("two")]
-    assert t.receive(reply("ovos.utterance.handled"), 3.0) == [Ended(TurnState.HANDLED)]
+    assert t.handled() == [Ended(TurnState.HANDLED)]
     assert t.sentences == ["one", "two"]
     assert t.receive(speak("late"), 4.0) == []       # nothing after the end
 
@@ -139,30 +139,85 @@ def test_two_turns_on_one_session_are_refused():
         table.open(new_turn("a", "t2"))
 
 
-def test_trailing_handled_after_early_end_does_not_end_next_untagged_turn():
+def speak_q(text, sid="s1", tag="t1"):
+    return reply("speak", {"utterance": text, "expect_response": True}, sid, tag)
+
+
+def test_handled_ends_the_turn_through_the_table():
+    table = TurnTable()
+    t = new_turn("a", "t1")
+    table.open(t)
+    table.route(speak("x", "a", "t1"), 0)
+    turn, events, why = table.route(reply("ovos.utterance.handled", sid="a", tag="t1"), 0)
+    assert turn is t and events == [Ended(TurnState.HANDLED)] and why == ""
+    assert table.owed("a") == []
+
+
+@pytest.mark.parametrize("tagged", [True, False])
+def test_handled_owed_by_an_early_end_never_ends_the_next_turn(tagged):
+    """complete_intent_failure, then its handled: before or after the turn is closed."""
+    for handled_before_close in (True, False):
+        table = TurnTable()
+        first = new_turn("a", "t1")
+        table.open(first)
+        table.route(reply("complete_intent_failure", sid="a", tag="t1" if tagged else None), 0)
+        assert first.state is TurnState.UNMATCHED
+        late = reply("ovos.utterance.handled", sid="a", tag="t1" if tagged else None)
+        if handled_before_close:
+            assert table.route(late, 0)[2] == ""       # accepted: pays the debt
+        table.close(first)
+        second = new_turn("a", "t2")
+        table.open(second)
+        if not handled_before_close:
+            turn, events, why = table.route(late, 0)
+            assert events == [] and why == ""          # first's debt, not second's end
+        assert second.state is TurnState.WAITING
+        table.route(speak("answer", "a", "t2" if tagged else None), 0)
+        turn, events, _ = table.route(
+            reply("ovos.utterance.handled", sid="a", tag="t2" if tagged else None), 0)
+        assert turn is second and events == [Ended(TurnState.HANDLED)]
+
+
+@pytest.mark.parametrize("tagged", [True, False])
+def test_a_question_ends_the_turn_and_its_continuation_is_the_next_turns_answer(tagged):
+    """get_response: the skill asks (expect_response), the user answers in the next turn, the
+    skill's handler goes on speaking under the first utterance, and both handled arrive."""
+    tag = (lambda t: t) if tagged else (lambda t: None)
     table = TurnTable()
     first = new_turn("a", "t1")
     table.open(first)
-    table.route(reply("complete_intent_failure", sid="a", tag=None), 0)
+    _, events, _ = table.route(speak_q("what colour?", "a", tag("t1")), 0)
+    assert events == [Sentence("what colour?"), Ended(TurnState.ASKED, events[1].reason)]
+    assert first.state.in_step
     table.close(first)
     second = new_turn("a", "t2")
     table.open(second)
-    turn, _, why = table.route(reply("ovos.utterance.handled", sid="a", tag=None), 0)
-    assert turn is None and "already ended" in why
-    assert second.state is TurnState.WAITING
-    table.route(speak("answer", "a", None), 0)
-    turn, events, _ = table.route(reply("ovos.utterance.handled", sid="a", tag=None), 0)
+    # the answer utterance is consumed at once: its handled comes first
+    turn, events, why = table.route(reply("ovos.utterance.handled", sid="a", tag=tag("t2")), 0)
+    assert events == [] and why == ""
+    # then the first handler continues, under the first utterance's context
+    _, events, _ = table.route(speak("blue it is", "a", tag("t1")), 0)
+    assert events == [Sentence("blue it is")]
+    turn, events, _ = table.route(reply("ovos.utterance.handled", sid="a", tag=tag("t1")), 0)
     assert turn is second and events == [Ended(TurnState.HANDLED)]
+    assert table.owed("a") == []
 
 
-def test_tagged_trailing_handled_pays_the_debt_too():
+def test_a_failure_tagged_for_an_earlier_utterance_does_not_end_this_turn():
     table = TurnTable()
     first = new_turn("a", "t1")
     table.open(first)
-    table.route(reply("ovos.utterance.cancelled", sid="a", tag="t1"), 0)
+    table.route(speak_q("really?", "a", "t1"), 0)
     table.close(first)
-    table.route(reply("ovos.utterance.handled", sid="a", tag="t1"), 0)   # late, tagged
     second = new_turn("a", "t2")
     table.open(second)
-    turn, events, _ = table.route(reply("ovos.utterance.handled", sid="a", tag=None), 0)
-    assert turn is second and events == [Ended(TurnState.HANDLED)]
+    turn, events, why = table.route(reply("ovos.utterance.cancelled", sid="a", tag="t1"), 0)
+    assert turn is None and why and second.state is TurnState.WAITING
+
+
+def test_stale_tag_is_ignored_and_unowed_handled_too():
+    table = TurnTable()
+    table.open(new_turn("a", "t2"))
+    assert table.route(reply("ovos.utterance.handled", sid="a", tag="t0"), 0)[2]
+    table2 = TurnTable()
+    assert table2.route(reply("ovos.utterance.handled", sid="a", tag=None), 0)[2]
