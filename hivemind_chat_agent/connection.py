@@ -16,6 +16,8 @@ encodings), but this module owns what its stock protocol gets wrong for a chat c
 import functools
 import queue
 import socket
+import ssl
+import uuid
 import threading
 import time
 from types import SimpleNamespace
@@ -23,9 +25,10 @@ from typing import Any, Callable, Dict, List, Optional
 
 import pybase64
 from hivemind_bus_client.client import HiveMessageBusClient
-from hivemind_bus_client.encryption import SupportedCiphers, SupportedEncodings
+from hivemind_bus_client.encryption import SupportedCiphers, SupportedEncodings, encrypt_as_json
 from hivemind_bus_client.identity import NodeIdentity
 from hivemind_bus_client.message import HiveMessage, HiveMessageType
+from hivemind_bus_client.util import serialize_message
 from ovos_bus_client.message import Message
 from ovos_bus_client.session import Session, SessionManager
 from ovos_utils.log import LOG
@@ -135,12 +138,22 @@ class _Transport(HiveMessageBusClient):
     def _handle_hive_protocol(self, message: HiveMessage):
         self._owner._on_hive_message(message)
 
-    def emit(self, message, *args, **kwargs):
-        if isinstance(message, HiveMessage) and message.msg_type != HiveMessageType.HANDSHAKE \
-                and not self.crypto_key:
-            raise ConnectionLostError("refusing to send before the connection is encrypted; "
-                                      "the handshake did not complete")
-        return super().emit(message, *args, **kwargs)
+    def emit(self, message: HiveMessage, *_args, **_kwargs):
+        """Send one frame. Everything but the handshake is encrypted with the session key read
+        once here (the library reads it twice, and the socket thread may clear it in between,
+        which would send the frame in plain text); any failure is a ConnectionLostError."""
+        text = serialize_message(message)
+        if message.msg_type != HiveMessageType.HANDSHAKE:
+            key = self.crypto_key
+            if not key:
+                raise ConnectionLostError("refusing to send before the connection is encrypted; "
+                                          "the handshake did not complete")
+            text = encrypt_as_json(key, text, cipher=self.cipher, encoding=self.json_encoding)
+        try:
+            self.client.send(text)
+        except Exception as e:
+            raise ConnectionLostError(f"could not send to the hub ({type(e).__name__}); the "
+                                      "connection is gone and the next turn reconnects") from None
 
     def stop(self):
         """End the socket thread now. `WebSocketApp.close()` alone leaves it blocked in select()
@@ -161,13 +174,27 @@ class _Transport(HiveMessageBusClient):
             pass
 
     def run_forever(self):
+        """Open the TCP (and TLS) connection ourselves, bounded by connect_timeout: websocket-
+        client has no connect timeout, so a filtered address would hold this thread for minutes,
+        past shutdown()."""
         self.started_running = True
-        sslopt = None
-        if self.allow_self_signed:
-            import ssl
-            sslopt = {"cert_reqs": ssl.CERT_NONE, "check_hostname": False}
+        cfg = self._owner.config
+        try:
+            raw = socket.create_connection((cfg.host, cfg.port), timeout=cfg.connect_timeout)
+            raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if cfg.secure:
+                context = ssl.create_default_context()
+                if cfg.self_signed:
+                    context.check_hostname = False
+                    context.verify_mode = ssl.CERT_NONE
+                raw = context.wrap_socket(raw, server_hostname=cfg.host)
+            raw.settimeout(None)
+        except Exception as e:   # refused, unreachable, timed out, TLS failure
+            self.on_error(self.client, e)
+            return
+        self.client.prepared_socket = raw
         # pings notice a hub that vanished without closing the socket
-        self.client.run_forever(sslopt=sslopt, ping_interval=20, ping_timeout=10)
+        self.client.run_forever(ping_interval=20, ping_timeout=10)
 
 
 class TurnHandle:
@@ -190,6 +217,10 @@ class HubConnection:
                  clock: Callable[[], float] = time.monotonic):
         self.config = config
         self.session_id = session.session_id
+        # hivemind-core files connections under "useragent::client::name::session": two with
+        # the same name and session (two processes, or a reconnect racing the old close) would
+        # overwrite each other's entry, so every connection gets a name of its own.
+        self.useragent = f"{config.useragent}-{uuid.uuid4().hex[:8]}"
         self._hello_session = session.serialize()
         self._clock = clock
         self._lock = threading.Lock()
@@ -209,13 +240,13 @@ class HubConnection:
     # ---- lifecycle (caller's thread) ----
     def _make_transport(self) -> _Transport:
         cfg = self.config
-        identity = NodeIdentity(identity_file=_IdentityInMemory(name=cfg.useragent))
+        identity = NodeIdentity(identity_file=_IdentityInMemory(name=self.useragent))
         identity.site_id = cfg.site_id or "unknown"
         # The library's constructor registers a blank Session under our id; keep the real one.
         saved = SessionManager.sessions.get(self.session_id)
         try:
             return _Transport(self, key=cfg.key, password=cfg.password, host=cfg.url_host,
-                              port=cfg.port, useragent=cfg.useragent,
+                              port=cfg.port, useragent=self.useragent,
                               self_signed=cfg.self_signed, identity=identity,
                               internal_bus=_NullBus(self.session_id))
         finally:
@@ -273,18 +304,15 @@ class HubConnection:
         message = Message(UTTERANCE_TYPE,
                           {"utterances": [utterance], "lang": session.lang},
                           {"session": session.serialize(), TURN_TAG_KEY: tag,
-                           "source": self.config.useragent, "destination": "HiveMind"})
+                           "source": self.useragent, "platform": self.config.useragent,
+                           "destination": "HiveMind"})
         self.last_used = self._clock()
         try:
             self._transport.emit(HiveMessage(HiveMessageType.BUS, payload=message))
         except HiveMindChatError:
             self.finish_turn(handle)
             raise
-        if not self.alive:   # the library swallows sends to a socket that just closed
-            self.finish_turn(handle)
-            raise ConnectionLostError("the connection to the hub dropped as the utterance was "
-                                      "sent; the next turn reconnects")
-        return handle
+        return handle   # a close from now on reaches the turn as LOST (_fail_turns)
 
     def expire(self, handle: TurnHandle) -> None:
         with self._lock:
@@ -367,7 +395,12 @@ class HubConnection:
                 self._handles[turn.session_id].push(events)
 
     def _on_socket_error(self, error: Any):
-        if isinstance(error, ConnectionRefusedError):
+        if isinstance(error, (socket.timeout, TimeoutError)) and not self._opened:
+            self._fail(HubUnreachableError(
+                f"no HiveMind hub answered at {self.config.url_host}:{self.config.port} within "
+                f"{self.config.connect_timeout:g} s; check host and port and that "
+                "hivemind-core is running"))
+        elif isinstance(error, ConnectionRefusedError):
             self._fail(HubUnreachableError(
                 f"connection refused by {self.config.url_host}:{self.config.port}; check host "
                 "and port and that hivemind-core is running"))
@@ -397,7 +430,7 @@ class HubConnection:
     def _redact(self, text: str) -> str:
         """Library errors may quote the URL, whose query carries base64("useragent:key")."""
         for secret in (self.config.key, self.config.password,
-                       pybase64.b64encode(f"{self.config.useragent}:{self.config.key}".encode()
+                       pybase64.b64encode(f"{self.useragent}:{self.config.key}".encode()
                                           ).decode()):
             text = text.replace(secret, "***")
         return text

@@ -157,3 +157,45 @@ def test_key_and_password_never_appear_in_our_logs(hub, creds, monkeypatch):
     text = "\n".join(records) + str(err.value) + repr(agent.settings)
     assert "ignoring reply" in text      # our debug logging was captured
     assert creds.key not in text and creds.password not in text
+
+
+def test_a_stalled_tcp_connect_is_bounded_by_connect_timeout_and_leaves_no_thread(make_agent):
+    """A listener whose accept queue is full: the kernel drops our SYNs, connect() hangs."""
+    import socket
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(0)
+    port = srv.getsockname()[1]
+    fillers = []
+    for _ in range(3):
+        s = socket.socket()
+        s.setblocking(False)
+        try:
+            s.connect(("127.0.0.1", port))
+        except BlockingIOError:
+            pass
+        fillers.append(s)
+    time.sleep(0.3)
+    before = agent_threads()
+    try:
+        agent = make_agent({"host": "127.0.0.1", "port": port, "key": "k", "password": "p",
+                            "connect_timeout": 1})
+        start = time.monotonic()
+        with pytest.raises(HubUnreachableError, match="within 1 s"):
+            agent.get_response("hello", session_id="stall")
+        assert time.monotonic() - start < 1.6
+        agent.shutdown()
+        assert agent_threads() - before == set()
+    finally:
+        for s in fillers:
+            s.close()
+        srv.close()
+
+
+def test_two_agents_with_the_same_credentials_and_session_do_not_collide(creds, make_agent):
+    """hivemind-core files connections by useragent and session: each connection has its own."""
+    a, b = make_agent(creds.agent_config()), make_agent(creds.agent_config())
+    assert a.get_response("hello", session_id="shared-kitchen") == "hello there"
+    assert b.get_response("count 1", session_id="shared-kitchen") == "sentence 1"
+    b.shutdown()
+    assert a.get_response("hello", session_id="shared-kitchen") == "hello there"
