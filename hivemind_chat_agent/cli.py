@@ -34,7 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, help="hub port (default 5678)")
     p.add_argument("--key", help="access key registered on the hub")
     p.add_argument("--password", help="password registered on the hub; '-' asks for it "
-                                      "without echo (the value is never printed or logged)")
+                                      "without echo, and keeps it out of the process list "
+                                      "(the value is never printed or logged)")
     p.add_argument("--session", default="default",
                    help="conversation id; turns with the same id share OVOS session state")
     p.add_argument("--lang", help="language of the conversation, e.g. en-US")
@@ -286,6 +287,10 @@ def main(argv=None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except Exception as e:   # a bug or a library failure: still a message, not a traceback
+        out.error(RuntimeError(f"unexpected {type(e).__name__}: {e} (run with --verbose and "
+                               "report it)"))
+        return 1
 
 
 if __name__ == "__main__":

@@ -50,9 +50,9 @@ class ClientConfig:
             raise ConfigurationError(
                 f"no HiveMind {', '.join(missing)} configured: pass them in the agent config "
                 "or run `hivemind-client set-identity --key ... --password ... --host ...`")
-        host, secure = _split_host(str(config["host"]))
+        host, secure, host_port = _split_host(str(config["host"]))
         try:
-            port = int(config.get("port") or DEFAULT_PORT)
+            port = int(config.get("port") or host_port or DEFAULT_PORT)
             timeout = float(config.get("timeout", 30))
             connect_timeout = float(config.get("connect_timeout", 10))
             max_connections = int(config.get("max_connections", 32))
@@ -63,14 +63,17 @@ class ClientConfig:
             raise ConfigurationError("timeout, connect_timeout and idle_timeout must be > 0 "
                                      "and max_connections >= 1")
         key = str(config["key"])
+        default_sid = str(config.get("default_session_id") or default_session_id_for(key))
+        if default_sid == "default":
+            raise ConfigurationError('default_session_id cannot be "default": a hub drops '
+                                     "non-admin clients that use it")
         return cls(host=host, port=port, key=key, password=str(config["password"]),
                    secure=secure, self_signed=bool(config.get("self_signed", True)),
                    site_id=config.get("site_id") or None,
                    useragent=str(config.get("useragent") or "hivemind-chat-agent"),
                    timeout=timeout, connect_timeout=connect_timeout,
                    max_connections=max_connections, idle_timeout=idle_timeout,
-                   default_session_id=str(config.get("default_session_id") or
-                                          default_session_id_for(key)))
+                   default_session_id=default_sid)
 
 
 def default_session_id_for(access_key: str) -> str:
@@ -84,15 +87,23 @@ def default_session_id_for(access_key: str) -> str:
 
 
 def _split_host(host: str):
+    """("wss://hub.lan:5678/") -> ("hub.lan", True, 5678); the port part is optional."""
     host = host.strip()
     secure = host.startswith("wss://")
     for prefix in ("wss://", "ws://"):
         if host.startswith(prefix):
             host = host[len(prefix):]
     host = host.rstrip("/")
-    if not host:
-        raise ConfigurationError("empty host in agent config")
-    return host, secure
+    port = None
+    if host.count(":") == 1:    # host:port (a bare IPv6 address has several colons)
+        host, _, port_text = host.partition(":")
+        if not port_text.isdigit():
+            raise ConfigurationError(f"invalid port {port_text!r} in host")
+        port = int(port_text)
+    if not host or "/" in host:
+        raise ConfigurationError(f"invalid host {host!r} in agent config: use 127.0.0.1, "
+                                 "ws://host or wss://host")
+    return host, secure, port
 
 
 def _load_identity():

@@ -8,7 +8,7 @@ to no other; a turn always ends with exactly one `ovos.utterance.handled`.
 """
 import importlib
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from threading import Lock
 from typing import Any, Dict, Optional
 
@@ -34,10 +34,11 @@ PLUGIN_NAME = "hivemind-chat-agent-plugin"
 @dataclass(frozen=True)
 class HubSettings:
     engine: Any
-    engine_config: Dict[str, Any]
+    engine_config: Dict[str, Any] = field(repr=False)   # may hold a relay's credentials
     timeout: float = 30.0        # rolling: each sentence gives the engine this long again
     workers: int = 8             # engine calls running at once
     max_queue: int = 64          # turns waiting for a worker before new ones are refused
+    max_queue_per_session: int = 4   # so one hung session cannot fill the queue for all
     session_ttl: float = 3600.0  # a satellite session unseen this long is forgotten
 
     @classmethod
@@ -53,13 +54,14 @@ class HubSettings:
                            timeout=float(config.get("timeout", 30)),
                            workers=int(config.get("workers", 8)),
                            max_queue=int(config.get("max_queue", 64)),
+                           max_queue_per_session=int(config.get("max_queue_per_session", 4)),
                            session_ttl=float(config.get("session_ttl", 3600)))
         except (TypeError, ValueError) as e:
             raise ConfigurationError(f"invalid number in {PLUGIN_NAME} config: {e}") from None
         if settings.timeout <= 0 or settings.workers < 1 or settings.max_queue < 1 \
-                or settings.session_ttl <= 0:
+                or settings.max_queue_per_session < 1 or settings.session_ttl <= 0:
             raise ConfigurationError(f"{PLUGIN_NAME}: timeout and session_ttl must be > 0, "
-                                     "workers and max_queue >= 1")
+                                     "workers, max_queue and max_queue_per_session >= 1")
         return settings
 
 
@@ -104,6 +106,7 @@ class _HubTurn:
         self._lock = Lock()
         self.finished = False
         self.spoke = 0
+        self.job = None   # its place in the executor's queue
 
     def reply(self, msg_type: str, data: Dict[str, Any]) -> Message:
         ctx = dict(self.message.context)
@@ -112,14 +115,15 @@ class _HubTurn:
         return Message(msg_type, data, ctx)
 
     def speak(self, sentence: str) -> bool:
+        # queued under the lock: a timeout's `handled` can never overtake this sentence
         with self._lock:
             if self.finished:
                 return False
             self.spoke += 1
             self.deadline = time.monotonic() + self.protocol.settings.timeout
-        self.protocol.deliver(self, self.reply(SPEAK_TYPE, {
-            "utterance": sentence, "expect_response": False, "lang": self.lang,
-            "meta": {"skill": PLUGIN_NAME}}))
+            self.protocol.deliver(self, self.reply(SPEAK_TYPE, {
+                "utterance": sentence, "expect_response": False, "lang": self.lang,
+                "meta": {"skill": PLUGIN_NAME}}))
         return True
 
     def finish(self, failed: bool, why: str = "") -> bool:
@@ -127,11 +131,11 @@ class _HubTurn:
             if self.finished:
                 return False
             self.finished = True
-        if failed:
-            if why:
-                LOG.warning(f"answering {self.peer} with a failure: {why}")
-            self.protocol.deliver(self, self.reply(UNMATCHED_TYPE, {}))
-        self.protocol.deliver(self, self.reply(HANDLED_TYPE, {}))
+            if failed:
+                self.protocol.deliver(self, self.reply(UNMATCHED_TYPE, {}))
+            self.protocol.deliver(self, self.reply(HANDLED_TYPE, {}))
+        if failed and why:
+            LOG.warning(f"answering {self.peer} with a failure: {why}")
         return True
 
 
@@ -146,8 +150,11 @@ class ChatAgentProtocol(AgentProtocol):
             self.config.setdefault("engine", type(engine).__name__)
         self.settings = HubSettings.from_dict(self.config)
         self.engine = engine or load_engine(self.settings.engine, self.settings.engine_config)
-        self.executor = KeyedSerialExecutor(self.settings.workers, self.settings.max_queue)
-        self.satellites = SatelliteSessions(self.settings.session_ttl)   # IO loop thread only
+        self.executor = KeyedSerialExecutor(self.settings.workers, self.settings.max_queue,
+                                            self.settings.max_queue_per_session)
+        self.satellites = SatelliteSessions(self.settings.session_ttl)
+        self._satellites_lock = Lock()      # IO loop (touch, disconnect, sweep) vs workers
+        self._sweeping = False
         for msg_type in UTTERANCE_TYPES:
             self.bus.on(msg_type, self._on_utterance)
         self.bus.on("hive.client.disconnect", self._on_disconnect)
@@ -164,14 +171,16 @@ class ChatAgentProtocol(AgentProtocol):
                      f"(peer {peer})")
             return
         session_id = engine_session_id(client.key, str(sat_session.get("session_id")))
-        now = time.monotonic()
-        self.satellites.touch(session_id, peer, now)
-        for expired in self.satellites.expired(now):
-            SessionManager.sessions.pop(expired, None)
-        turn = _HubTurn(self, message, peer, IOLoop.current(), utterance, sat_session,
-                        session_id)
+        loop = IOLoop.current()
+        with self._satellites_lock:
+            self.satellites.touch(session_id, peer, time.monotonic())
+        if not self._sweeping:
+            self._sweeping = True
+            loop.call_later(self._sweep_interval, self._sweep, loop)
+        turn = _HubTurn(self, message, peer, loop, utterance, sat_session, session_id)
+        turn.job = lambda: self._run(turn)
         try:
-            self.executor.submit(session_id, lambda: self._run(turn))
+            self.executor.submit(session_id, turn.job)
         except QueueFull as e:
             turn.finish(failed=True, why=f"hub busy ({e})")
             return
@@ -184,13 +193,34 @@ class ChatAgentProtocol(AgentProtocol):
         remaining = turn.deadline - time.monotonic()
         if remaining > 0:
             turn.loop.call_later(remaining, self._watch, turn)
-        else:
-            turn.finish(failed=True, why=f"engine gave no sentence for "
-                                         f"{self.settings.timeout:g} s")
+        elif turn.finish(failed=True, why=f"engine gave no sentence for "
+                                          f"{self.settings.timeout:g} s"):
+            self.executor.cancel(turn.session_id, turn.job)   # if it never started
+
+    @property
+    def _sweep_interval(self) -> float:
+        return min(self.settings.session_ttl, 60.0)
+
+    def _sweep(self, loop) -> None:
+        """Forget sessions unseen for session_ttl, on an IO-loop timer (no thread)."""
+        with self._satellites_lock:
+            expired = self.satellites.expired(time.monotonic())
+        for session_id in expired:
+            SessionManager.sessions.pop(session_id, None)
+        loop.call_later(self._sweep_interval, self._sweep, loop)
 
     def _on_disconnect(self, message: Message) -> None:
         peer = message.context.get("source")
-        for session_id in self.satellites.disconnected(peer):
+        with self._satellites_lock:
+            gone = self.satellites.disconnected(peer)
+        for session_id in gone:
+            SessionManager.sessions.pop(session_id, None)
+
+    def _forget_if_untracked(self, session_id: str) -> None:
+        """A turn that outlived its satellite must not leave its Session behind."""
+        with self._satellites_lock:
+            tracked = session_id in self.satellites
+        if not tracked:
             SessionManager.sessions.pop(session_id, None)
 
     def deliver(self, turn: _HubTurn, reply: Message) -> None:
@@ -211,9 +241,18 @@ class ChatAgentProtocol(AgentProtocol):
     def _run(self, turn: _HubTurn) -> None:
         if turn.finished:          # timed out while queued
             return
+        if turn.peer not in self.clients:   # the satellite left while its turn was queued
+            turn.finished = True
+            return
         turn.deadline = time.monotonic() + self.settings.timeout
         sess = Session.deserialize({**turn.satellite_session, "session_id": turn.session_id})
         SessionManager.update(sess)
+        try:
+            self._converse(turn, sess)
+        finally:
+            self._forget_if_untracked(turn.session_id)
+
+    def _converse(self, turn: _HubTurn, sess: Session) -> None:
         try:
             for sentence in self.engine.stream_sentences(
                     [AgentMessage(role=MessageRole.USER, content=turn.utterance)],
@@ -236,6 +275,12 @@ class ChatAgentProtocol(AgentProtocol):
         if turn.satellite_session.get("site_id"):
             data["site_id"] = turn.satellite_session["site_id"]
         return data
+
+    def __repr__(self) -> str:
+        # the dataclass repr would print config, i.e. a relay's upstream key and password, and
+        # hivemind-core logs client objects (which reference this) at DEBUG
+        return (f"ChatAgentProtocol(engine={self.settings.engine!r}, "
+                f"workers={self.settings.workers}, timeout={self.settings.timeout:g})")
 
     def shutdown(self) -> None:
         self.executor.shutdown(wait=False)

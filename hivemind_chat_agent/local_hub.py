@@ -16,7 +16,7 @@ import secrets
 import shutil
 import tempfile
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 from ovos_utils.log import LOG
@@ -29,9 +29,9 @@ XDG_DIRS = {"XDG_CONFIG_HOME": "config", "XDG_DATA_HOME": "data",
 class HubCredentials:
     host: str
     port: int
-    key: str
-    password: str
-    name: str
+    key: str = field(repr=False)
+    password: str = field(repr=False)
+    name: str = ""
 
     def agent_config(self, **extra) -> dict:
         """Config for `HiveMindChatAgent` talking to this hub as this client."""

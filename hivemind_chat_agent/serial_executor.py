@@ -16,9 +16,11 @@ class QueueFull(Exception):
 
 
 class KeyedSerialExecutor:
-    def __init__(self, workers: int, max_pending: int, name: str = "hivemind-chat-worker"):
+    def __init__(self, workers: int, max_pending: int, max_pending_per_key: int = 0,
+                 name: str = "hivemind-chat-worker"):
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=name)
         self._max_pending = max_pending
+        self._max_per_key = max_pending_per_key or max_pending
         self._lock = threading.Lock()
         self._queues: Dict[Hashable, Deque[Callable[[], None]]] = {}
         self._pending = 0          # submitted, not yet started
@@ -39,10 +41,23 @@ class KeyedSerialExecutor:
             start = queue is None
             if start:
                 queue = self._queues[key] = deque()
+            elif len(queue) >= self._max_per_key:
+                raise QueueFull(f"{len(queue)} turns of this session already waiting")
             queue.append(job)
             self._pending += 1
         if start:
             self._pool.submit(self._drain, key)
+
+    def cancel(self, key: Hashable, job: Callable[[], None]) -> bool:
+        """Drop a job that has not started (e.g. its turn already timed out), freeing its
+        place in the bound; False if it is running or done."""
+        with self._lock:
+            queue = self._queues.get(key)
+            if queue is None or job not in queue:
+                return False
+            queue.remove(job)
+            self._pending -= 1
+            return True
 
     def _drain(self, key: Hashable) -> None:
         while True:

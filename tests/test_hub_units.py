@@ -67,3 +67,34 @@ def test_executor_refuses_beyond_its_bound_and_survives_failing_jobs():
     ex.submit("e", done.set)
     assert done.wait(2)
     ex.shutdown()
+
+
+def test_executor_caps_each_key_and_cancels_jobs_that_never_started():
+    ex = KeyedSerialExecutor(workers=1, max_pending=10, max_pending_per_key=2)
+    gate = threading.Event()
+    ex.submit("a", gate.wait)                       # running, holds the only worker
+    time.sleep(0.05)
+    queued = [lambda: None, lambda: None]
+    for job in queued:
+        ex.submit("a", job)
+    with pytest.raises(QueueFull, match="this session"):
+        ex.submit("a", lambda: None)
+    ex.submit("b", lambda: None)                    # other keys still get in
+    assert ex.cancel("a", queued[0]) and ex.pending == 2
+    assert not ex.cancel("a", queued[0])            # already gone
+    gate.set()
+    ex.shutdown()
+
+
+def test_protocol_repr_never_shows_a_relays_upstream_credentials():
+    from hivemind_chat_agent import ChatAgentProtocol
+    proto = ChatAgentProtocol(config={
+        "engine": "hivemind-chat-agent",
+        "engine_config": {"host": "127.0.0.1", "key": "UPSTREAM-KEY-123",
+                          "password": "UPSTREAM-PASSWORD-456"}})
+    try:
+        text = repr(proto) + repr(proto.settings) + repr(proto.engine.settings)
+        assert "hivemind-chat-agent" in text
+        assert "UPSTREAM-KEY-123" not in text and "UPSTREAM-PASSWORD-456" not in text
+    finally:
+        proto.shutdown()

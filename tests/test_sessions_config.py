@@ -50,6 +50,8 @@ def test_config_accepts_host_forms_and_defaults():
         "ws://127.0.0.1"
     w = ClientConfig.from_dict({**BASE, "host": "wss://127.0.0.1/", "port": "6000"})
     assert (w.host, w.secure, w.port, w.url_host) == ("127.0.0.1", True, 6000, "wss://127.0.0.1")
+    p = ClientConfig.from_dict({**BASE, "host": "ws://127.0.0.1:5999"})
+    assert (p.host, p.port) == ("127.0.0.1", 5999)
 
 
 def test_config_never_shows_secrets_in_repr():
@@ -81,7 +83,8 @@ def test_missing_credentials_say_what_to_do():
 
 
 @pytest.mark.parametrize("bad", [{"timeout": 0}, {"timeout": "soon"}, {"max_connections": 0},
-                                 {"host": "ws://"}])
+                                 {"host": "ws://"}, {"host": "ws://hub:port"},
+                                 {"host": "ws://hub/path"}, {"default_session_id": "default"}])
 def test_bad_values_are_configuration_errors(bad):
     with pytest.raises(ConfigurationError):
         ClientConfig.from_dict({**BASE, **bad})
