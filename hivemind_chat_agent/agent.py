@@ -54,7 +54,10 @@ class HiveMindChatAgent(ChatEngine):
     def stream_sentences(self, messages: List[AgentMessage], session_id: str = "default",
                          lang: Optional[str] = None,
                          units: Optional[str] = None) -> Iterable[str]:
-        """Yields each sentence the moment its `speak` arrives (a blocking queue, no polling)."""
+        """Yields each sentence the moment its `speak` arrives (a blocking queue, no polling).
+
+        The session is locked while the generator is open: read it to the end or `close()` it
+        (dropping the last reference does that too) before the next turn of that session."""
         return self._turn(messages, session_id, lang, units)
 
     def stream_tokens(self, messages: List[AgentMessage], session_id: str = "default",
