@@ -7,7 +7,7 @@ ids end up in logs, keys must not). Entries expire after a TTL and are dropped o
 """
 import hashlib
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Set
+from typing import Dict, List, Set
 
 
 def client_fingerprint(access_key: str) -> str:
@@ -58,7 +58,3 @@ class SatelliteSessions:
 
     def __len__(self) -> int:
         return len(self._entries)
-
-    def last_seen(self, session_id: str) -> Optional[float]:
-        entry = self._entries.get(session_id)
-        return entry.last_seen if entry else None

@@ -70,7 +70,3 @@ class SessionBook:
             return False
         SessionManager.sessions[session_id] = sess
         return True
-
-    @staticmethod
-    def forget(session_id: str) -> None:
-        SessionManager.sessions.pop(session_id, None)

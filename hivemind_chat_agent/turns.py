@@ -136,9 +136,6 @@ class TurnTable:
         if self._active.get(turn.session_id) is turn:
             del self._active[turn.session_id]
 
-    def active(self, session_id: str) -> Optional[Turn]:
-        return self._active.get(session_id)
-
     def owed(self, session_id: str) -> List[str]:
         return list(self._owed.get(session_id, ()))
 
