@@ -20,7 +20,6 @@ import ssl
 import uuid
 import threading
 import time
-from types import SimpleNamespace
 from typing import Any, Callable, Dict, List, Optional
 
 import pybase64
@@ -98,21 +97,18 @@ class _Transport(HiveMessageBusClient):
     def __init__(self, owner: "HubConnection", **kwargs):
         self._owner = owner
         super().__init__(**kwargs)
-        self.protocol = SimpleNamespace(binarize=False)   # read by emit()
 
+    # The library's connect(), wait_for_handshake() and emit() are never called, so neither are
+    # its connected/handshake events kept here: HubConnection tracks that state itself.
     def on_open(self, *_args):
-        self.connected_event.set()
         self._owner._on_open()
 
     def on_error(self, *args):
-        self.handshake_event.clear()
         self.crypto_key = None
         self._owner._on_socket_error(args[-1] if args else None)
 
     def on_close(self, *_args):
-        self.handshake_event.clear()
         self.crypto_key = None
-        self.connected_event.clear()
         self._owner._on_socket_closed()
 
     def on_message(self, *args):
@@ -177,7 +173,6 @@ class _Transport(HiveMessageBusClient):
         """Open the TCP (and TLS) connection ourselves, bounded by connect_timeout: websocket-
         client has no connect timeout, so a filtered address would hold this thread for minutes,
         past shutdown()."""
-        self.started_running = True
         cfg = self._owner.config
         try:
             raw = socket.create_connection((cfg.host, cfg.port), timeout=cfg.connect_timeout)
@@ -373,7 +368,6 @@ class HubConnection:
         self._transport.crypto_key = self._pswd.secret
         self._transport.emit(HiveMessage(HiveMessageType.HELLO, {
             "session": self._hello_session, "site_id": self.config.site_id or "unknown"}))
-        self._transport.handshake_event.set()
         self._ready.set()
         self._done.set()
 
