@@ -4,7 +4,7 @@ import threading
 import time
 import uuid
 import weakref
-from typing import Any, Dict, Iterable, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional
 
 from ovos_plugin_manager.templates.agents import AgentMessage, ChatEngine, MessageRole
 from ovos_utils.log import LOG
@@ -14,7 +14,9 @@ from hivemind_chat_agent.connection import HubConnection, TurnHandle, preferred_
 from hivemind_chat_agent.errors import (AgentClosedError, ConnectionLostError,
                                         HiveMindChatError, TurnTimeoutError)
 from hivemind_chat_agent.pool import ConnectionPool
+from hivemind_chat_agent.session_store import SessionStore
 from hivemind_chat_agent.sessions import SessionBook
+from hivemind_chat_agent.subscriptions import Subscribers, Subscription
 from hivemind_chat_agent.turns import Ended, Sentence, TurnState
 
 
@@ -35,9 +37,15 @@ class HiveMindChatAgent(ChatEngine):
 
     def __init__(self, config: Optional[Dict[str, Any]] = None):
         super().__init__(config)
-        self.settings = ClientConfig.from_dict(self.config)
-        self.sessions = SessionBook(self.settings.default_session_id, self.settings.site_id)
-        self.pool = ConnectionPool(self.settings)
+        self.settings = cfg = ClientConfig.from_dict(self.config)
+        store = None
+        if cfg.session_store:
+            store = SessionStore(cfg.session_store, cfg.host, cfg.port, cfg.key,
+                                 max_sessions=cfg.session_store_max, ttl=cfg.session_store_ttl)
+        self.sessions = SessionBook(cfg.default_session_id, cfg.site_id, store)
+        self.subscribers = Subscribers()
+        self.pool = ConnectionPool(cfg, factory=lambda config, session: HubConnection(
+            config, session, self.sessions, self.subscribers.deliver))
         self._locks: "weakref.WeakValueDictionary[str, _SessionLock]" = \
             weakref.WeakValueDictionary()
         self._locks_guard = threading.Lock()
@@ -64,9 +72,42 @@ class HiveMindChatAgent(ChatEngine):
                       lang: Optional[str] = None, units: Optional[str] = None) -> Iterable[str]:
         return self.stream_sentences(messages, session_id, lang, units)
 
+    def subscribe(self, session_id: str = "default",
+                  callback: Optional[Callable[[str], None]] = None) -> Subscription:
+        """What the hub says in this session between turns (alarms, reminders, late answers).
+
+        Iterate the subscription for each sentence (a `str`), or pass `callback`, called with
+        each one on the subscription's own thread; both end at its `close()`. Opens the
+        session's connection now, so speech can reach it, and keeps it open while idle."""
+        if self._closed:
+            raise AgentClosedError("this agent was shut down; create a new one to chat again")
+        sid = self.sessions.resolve(session_id)
+        sub = Subscription(sid, callback, on_close=self._unsubscribe)
+        if self.subscribers.add(sub):
+            self.pool.pin(sid)
+        try:
+            with self._session_lock(sid).lock:
+                self.pool.release(self.pool.acquire(self.sessions.for_turn(sid)))
+        except BaseException:
+            sub.close()
+            raise
+        return sub
+
+    def _unsubscribe(self, sub: Subscription) -> None:
+        if self.subscribers.remove(sub):
+            self.pool.unpin(sub.session_id)
+
+    def report_audio_end(self, session_id: str = "default") -> None:
+        """With `plays_audio`: the caller has finished playing this session's speech, so
+        skills waiting on it (speak with wait=True, get_response) go on."""
+        conn = self.pool.peek(self.sessions.resolve(session_id))
+        if conn is not None:
+            conn.report_audio_end()
+
     def shutdown(self) -> None:
         """Close every connection and stop every thread of this agent; turns in flight end."""
         self._closed = True
+        self.subscribers.close_all()
         self.pool.close_all()
 
     def __enter__(self):
@@ -85,7 +126,7 @@ class HiveMindChatAgent(ChatEngine):
                 raise AgentClosedError("this agent was shut down; create a new one to chat again")
             session = self.sessions.for_turn(sid, lang, units)
             conn = self.pool.acquire(session)      # leased: eviction leaves it alone
-            clean = False
+            clean = lost = False
             try:
                 handle = conn.start_turn(session, utterance, uuid.uuid4().hex,
                                          self.settings.timeout)
@@ -94,6 +135,7 @@ class HiveMindChatAgent(ChatEngine):
                         if isinstance(event, Sentence):
                             yield event.text
                         else:
+                            lost = event.state is TurnState.LOST
                             clean = self._outcome(event, handle)
                 finally:
                     if not handle.turn.state.is_final:
@@ -101,7 +143,11 @@ class HiveMindChatAgent(ChatEngine):
                     conn.finish_turn(handle)
             finally:
                 self.pool.release(conn)
-                if not clean:   # late replies of this turn must not reach the next one
+                self.sessions.save(sid)
+                # Late replies of an unfinished turn carry its tag and cannot reach the next
+                # one, so the connection is kept (reconnecting is what disturbs a hub), unless
+                # it is gone or the hub strips our tags.
+                if lost or (not clean and conn.untagged):
                     self.pool.discard(sid)
 
     @staticmethod

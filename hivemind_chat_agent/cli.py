@@ -37,7 +37,10 @@ def build_parser() -> argparse.ArgumentParser:
                                       "without echo, and keeps it out of the process list "
                                       "(the value is never printed or logged)")
     p.add_argument("--session", default="default",
-                   help="conversation id; turns with the same id share OVOS session state")
+                   help="conversation id; turns with the same id share OVOS session state, "
+                        "across runs too (kept under $XDG_STATE_HOME/hivemind-chat)")
+    p.add_argument("--no-store", action="store_true",
+                   help="keep no conversation state between runs")
     p.add_argument("--lang", help="language of the conversation, e.g. en-US")
     p.add_argument("--timeout", type=float, default=30.0,
                    help="seconds to wait for each sentence (rolling, default 30)")
@@ -72,6 +75,19 @@ class Output:
             self._json(type="error", error=type(error).__name__, message=str(error))
         else:
             print(f"error: {error}", file=sys.stderr, flush=True)
+
+    def aside(self, text: str, session: str):
+        """Speech between turns (an alarm firing while the prompt waits)."""
+        if self.as_json:
+            self._json(type="aside", session=session, text=text)
+            return
+        if not self.tty:
+            print(text, flush=True)
+            return
+        with _PROMPT_LOCK:
+            typed = _line_buffer()
+            sys.stdout.write(f"\r\033[Khub> {text}\n{_PROMPT[0]}{typed}")
+            sys.stdout.flush()
 
     def info(self, text: str):
         if not self.as_json:
@@ -116,11 +132,42 @@ class Spinner:
             i += 1
 
 
+_PROMPT = [""]                 # the prompt on screen, to redraw it after speech between turns
+_PROMPT_LOCK = threading.Lock()
+
+
+def _line_buffer() -> str:
+    try:
+        import readline
+        return readline.get_line_buffer()
+    except Exception:
+        return ""
+
+
 class Chat:
     """Turns and commands on top of a HiveMindChatAgent; one instance per CLI run."""
 
     def __init__(self, agent, out: Output, session: str, lang: Optional[str]):
         self.agent, self.out, self.session, self.lang = agent, out, session, lang
+        self._sub = None
+
+    def listen(self) -> None:
+        """Print what the hub says in the current conversation between turns."""
+        if self._sub is not None and self._sub.session_id == \
+                self.agent.sessions.resolve(self.session):
+            return
+        self.unlisten()
+        session = self.session
+        try:
+            self._sub = self.agent.subscribe(session, callback=lambda text: self.out.aside(
+                text, session))
+        except HiveMindChatError:
+            self._sub = None      # the next turn reports why
+
+    def unlisten(self) -> None:
+        if self._sub is not None:
+            self._sub.close()
+            self._sub = None
 
     def turn(self, utterance: str) -> None:
         from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
@@ -142,6 +189,7 @@ class Chat:
             return False
         if name == "session" and arg:
             self.session = arg
+            self.listen()
             self.out.info(f"now in conversation {arg!r}")
         elif name == "lang" and arg:
             self.lang = arg
@@ -154,11 +202,14 @@ class Chat:
         history = _enable_line_editing()
         if self.out.tty:
             self.out.info("Type to chat, /help for commands, Ctrl-D to leave.")
+        self.listen()
         try:
             while True:
                 try:
                     prompt = f"[{self.session}] you> " if self.out.tty else ""
+                    _PROMPT[0] = prompt
                     line = input(prompt).strip()
+                    _PROMPT[0] = ""
                 except EOFError:
                     if self.out.tty:
                         print()
@@ -175,11 +226,13 @@ class Chat:
                     continue
                 try:
                     self.turn(line)
+                    self.listen()
                 except KeyboardInterrupt:
                     self.out.info("(answer stopped)")
                 except HiveMindChatError as e:
                     self.out.error(e)
         finally:
+            self.unlisten()
             history()
 
 
@@ -211,6 +264,9 @@ def _agent_config(args) -> dict:
         config["password"] = getpass.getpass("HiveMind password: ")
     config["timeout"] = args.timeout
     config["useragent"] = "hivemind-chat-cli"
+    if not args.no_store:
+        from hivemind_chat_agent.session_store import default_store_dir
+        config["session_store"] = default_store_dir()
     return config
 
 

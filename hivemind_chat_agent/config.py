@@ -24,6 +24,10 @@ class ClientConfig:
     max_connections: int = 32       # one per active session_id on a 4.0 hub
     idle_timeout: float = 300.0     # an idle connection is closed after this long
     default_session_id: str = ""    # what the caller's "default" session_id becomes
+    session_store: Optional[str] = None   # directory keeping sessions across processes
+    session_store_max: int = 1000   # sessions kept per client in the store
+    session_store_ttl: float = 30 * 86400   # a stored session older than this starts afresh
+    plays_audio: bool = False       # True: the caller reports the end of playback itself
 
     @property
     def url_host(self) -> str:
@@ -57,11 +61,18 @@ class ClientConfig:
             connect_timeout = float(config.get("connect_timeout", 10))
             max_connections = int(config.get("max_connections", 32))
             idle_timeout = float(config.get("idle_timeout", 300))
+            store_max = int(config.get("session_store_max", 1000))
+            store_ttl = float(config.get("session_store_ttl", 30 * 86400))
         except (TypeError, ValueError) as e:
             raise ConfigurationError(f"invalid number in agent config: {e}") from None
-        if timeout <= 0 or connect_timeout <= 0 or max_connections < 1 or idle_timeout <= 0:
-            raise ConfigurationError("timeout, connect_timeout and idle_timeout must be > 0 "
-                                     "and max_connections >= 1")
+        if timeout <= 0 or connect_timeout <= 0 or max_connections < 1 or idle_timeout <= 0 \
+                or store_max < 1 or store_ttl <= 0:
+            raise ConfigurationError("timeout, connect_timeout, idle_timeout and "
+                                     "session_store_ttl must be > 0, max_connections and "
+                                     "session_store_max >= 1")
+        store = config.get("session_store")
+        if store is not None and not isinstance(store, str):
+            raise ConfigurationError("session_store must be a directory path (or absent)")
         key = str(config["key"])
         default_sid = str(config.get("default_session_id") or default_session_id_for(key))
         if default_sid == "default":
@@ -73,7 +84,9 @@ class ClientConfig:
                    useragent=str(config.get("useragent") or "hivemind-chat-agent"),
                    timeout=timeout, connect_timeout=connect_timeout,
                    max_connections=max_connections, idle_timeout=idle_timeout,
-                   default_session_id=default_sid)
+                   default_session_id=default_sid, session_store=store or None,
+                   session_store_max=store_max, session_store_ttl=store_ttl,
+                   plays_audio=bool(config.get("plays_audio", False)))
 
 
 def default_session_id_for(access_key: str) -> str:

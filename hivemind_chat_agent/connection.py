@@ -12,6 +12,10 @@ encodings), but this module owns what its stock protocol gets wrong for a chat c
 * replies are not written into `SessionManager` for whatever session they name: they go through
   `parse_reply` and `TurnTable.route`, and only the reply's own session is refreshed;
 * nothing but the handshake is ever sent before the session key exists.
+
+Like a satellite, it reports `recognizer_loop:audio_output_end` for every sentence it receives
+(at once: it has no speaker), because skills that speak with wait=True block until then; a
+caller that plays the audio itself sets `plays_audio` and reports through the agent.
 """
 import functools
 import queue
@@ -38,10 +42,11 @@ from hivemind_chat_agent.errors import (AccessKeyRejectedError, AuthenticationEr
                                         ConnectionLostError, HandshakeTimeoutError,
                                         HiveMindChatError, HubUnreachableError,
                                         WrongPasswordError)
-from hivemind_chat_agent.protocol_names import TURN_TAG_KEY, UTTERANCE_TYPE
-from hivemind_chat_agent.replies import parse_reply
+from hivemind_chat_agent.protocol_names import (AUDIO_OUTPUT_END_TYPE, TURN_TAG_KEY,
+                                                UTTERANCE_TYPE)
+from hivemind_chat_agent.replies import ReplyKind, parse_reply
 from hivemind_chat_agent.sessions import SessionBook
-from hivemind_chat_agent.turns import Event, Turn, TurnTable
+from hivemind_chat_agent.turns import Absorb, Event, Turn, TurnTable
 
 # Fastest first; the hub picks the first one its config allows.
 _ENCODINGS = [SupportedEncodings.JSON_B64, SupportedEncodings.JSON_URLSAFE_B64,
@@ -208,15 +213,19 @@ class HubConnection:
     """One websocket to the hub carrying one session's turns (a 4.0 hub binds one session to a
     connection; `TurnTable` is keyed by session so a multiplexing hub could share one)."""
 
-    def __init__(self, config: ClientConfig, session: Session,
+    def __init__(self, config: ClientConfig, session: Session, book: SessionBook,
+                 on_aside: Callable[[str, str], None] = lambda sid, text: None,
                  clock: Callable[[], float] = time.monotonic):
         self.config = config
         self.session_id = session.session_id
+        self._book = book
+        self._on_aside = on_aside   # a sentence spoken outside any turn (socket thread)
         # hivemind-core files connections under "useragent::client::name::session": two with
         # the same name and session (two processes, or a reconnect racing the old close) would
         # overwrite each other's entry, so every connection gets a name of its own.
         self.useragent = f"{config.useragent}-{uuid.uuid4().hex[:8]}"
-        self._hello_session = session.serialize()
+        self._hello_session = book.wire(session)
+        self.untagged = False               # the hub dropped our turn tag from some reply
         self._clock = clock
         self._lock = threading.Lock()
         self._table = TurnTable()
@@ -296,9 +305,12 @@ class HubConnection:
                 raise ConnectionLostError("the connection to the hub is closed; retry the turn")
             self._table.open(turn)
             self._handles[session.session_id] = handle
-        message = Message(UTTERANCE_TYPE,
-                          {"utterances": [utterance], "lang": session.lang},
-                          {"session": session.serialize(), TURN_TAG_KEY: tag,
+        wire = self._book.wire(session)
+        data = {"utterances": [utterance]}
+        if "lang" in wire:
+            data["lang"] = wire["lang"]
+        message = Message(UTTERANCE_TYPE, data,
+                          {"session": wire, TURN_TAG_KEY: tag,
                            "source": self.useragent, "platform": self.config.useragent,
                            "destination": "HiveMind"})
         self.last_used = self._clock()
@@ -379,14 +391,40 @@ class HubConnection:
         if reply is None:
             LOG.debug(f"ignoring reply: {why}")
             return
+        if reply.session_id != self.session_id:
+            LOG.debug(f"ignoring {reply.msg_type} for another session")
+            return
         with self._lock:
-            turn, events, why = self._table.route(reply, self._clock())
-            if why:
-                LOG.debug(f"ignoring reply: {why}")
-                return
-            SessionBook.absorb(reply.session_id, reply.session)
-            if turn is not None:
-                self._handles[turn.session_id].push(events)
+            routing = self._table.route(reply, self._clock())
+            if routing.absorb is not Absorb.NOTHING:
+                self._book.absorb(reply.session_id, reply.session,
+                                  response_mode_only=routing.absorb is Absorb.RESPONSE_MODE)
+            if routing.turn is not None:
+                if reply.turn_tag is None:
+                    self.untagged = True
+                self._handles[routing.turn.session_id].push(routing.events)
+        if routing.ignored:
+            LOG.debug(f"ignoring reply: {routing.ignored}")
+        if reply.kind is ReplyKind.SPEAK and not self.config.plays_audio:
+            self.report_audio_end(reply.turn_tag)
+        if routing.aside is not None:
+            self._on_aside(reply.session_id, routing.aside)
+
+    def report_audio_end(self, tag: Optional[str] = None) -> None:
+        """Tell the hub this session's speech has been played, as a satellite does after each
+        sentence: skills that spoke with wait=True go on."""
+        sess = SessionManager.sessions.get(self.session_id)
+        if sess is None or not self._ready.is_set() or self._closed:
+            return
+        context = {"session": self._book.wire(sess), "source": self.useragent,
+                   "destination": "HiveMind"}
+        if tag is not None:
+            context[TURN_TAG_KEY] = tag
+        try:
+            self._transport.emit(HiveMessage(HiveMessageType.BUS, payload=Message(
+                AUDIO_OUTPUT_END_TYPE, {}, context)))
+        except HiveMindChatError as e:
+            LOG.debug(f"could not report audio end: {e}")
 
     def _on_socket_error(self, error: Any):
         if isinstance(error, (socket.timeout, TimeoutError)) and not self._opened:

@@ -6,7 +6,7 @@ which the next connection sends in its HELLO and with every utterance.
 import threading
 import time
 from collections import OrderedDict
-from typing import Callable, List, Optional
+from typing import Callable, Dict, List, Optional
 
 from ovos_bus_client.session import Session
 from ovos_utils.log import LOG
@@ -25,6 +25,7 @@ class ConnectionPool:
         self._clock = clock
         self._lock = threading.Lock()
         self._conns: "OrderedDict[str, HubConnection]" = OrderedDict()
+        self._pinned: Dict[str, int] = {}   # sessions whose idle connection must stay open
         self._closed = False
         self._stop = threading.Event()
         self._reaper: Optional[threading.Thread] = None
@@ -64,6 +65,24 @@ class ConnectionPool:
             conn.leases -= 1
             conn.last_used = self._clock()
 
+    def peek(self, session_id: str) -> Optional[HubConnection]:
+        """The session's open connection, if any, without leasing it."""
+        with self._lock:
+            return self._conns.get(session_id)
+
+    def pin(self, session_id: str) -> None:
+        """Keep this session's connection open while idle (someone listens for its speech)."""
+        with self._lock:
+            self._pinned[session_id] = self._pinned.get(session_id, 0) + 1
+
+    def unpin(self, session_id: str) -> None:
+        with self._lock:
+            left = self._pinned.get(session_id, 0) - 1
+            if left > 0:
+                self._pinned[session_id] = left
+            else:
+                self._pinned.pop(session_id, None)
+
     def discard(self, session_id: str) -> None:
         """Drop a connection whose stream can no longer be trusted (lost, timed out, abandoned)."""
         with self._lock:
@@ -75,8 +94,9 @@ class ConnectionPool:
         now = self._clock()
         with self._lock:
             idle = [sid for sid, c in self._conns.items()
-                    if not c.leases and (now - c.last_used >= self.config.idle_timeout
-                                         or not c.alive)]
+                    if not c.leases and (not c.alive or (
+                        now - c.last_used >= self.config.idle_timeout
+                        and sid not in self._pinned))]
             conns = [self._conns.pop(sid) for sid in idle]
             conns += self._evict_over_bound(keep=None)
         for conn in conns:
@@ -109,7 +129,7 @@ class ConnectionPool:
             if len(self._conns) <= self.config.max_connections:
                 break
             conn = self._conns[sid]
-            if sid != keep and not conn.leases:
+            if sid != keep and not conn.leases and sid not in self._pinned:
                 evicted.append(self._conns.pop(sid))
         if len(self._conns) > self.config.max_connections:
             LOG.debug(f"{len(self._conns)} connections are busy, over max_connections="

@@ -15,6 +15,17 @@ UNMATCHED_TYPE = "complete_intent_failure"
 UNMATCHED_TYPES = frozenset({UNMATCHED_TYPE, "ovos.intent.unmatched"})
 CANCELLED_TYPES = frozenset({"ovos.utterance.cancelled"})
 
+# A skill's get_response(): ovos-core announces the question (tagged with the asking utterance,
+# data {"skill_id"}), then routes the user's next utterance to "<skill_id>.converse.get_response"
+# (tagged with that answering utterance, which never gets an `ovos.utterance.handled`); the
+# asking utterance's `handled` comes once the skill has finished with the answer.
+QUESTION_OPEN_TYPE = "skill.converse.get_response.enable"
+ANSWER_TAKEN_SUFFIX = ".converse.get_response"
+
+# What a satellite reports once it has played a `speak`; skills that speak with wait=True (and
+# get_response, before it listens) block until it arrives for their session.
+AUDIO_OUTPUT_END_TYPE = "recognizer_loop:audio_output_end"
+
 # Context key carrying a per-turn id. OVOS replies copy the request's context, so replies that
 # come back with it can be matched to their turn exactly; replies without it fall back to
 # matching by session.

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Mapping, Optional, Tuple
 
-from hivemind_chat_agent.protocol_names import (CANCELLED_TYPES, HANDLED_TYPES, SPEAK_TYPES,
+from hivemind_chat_agent.protocol_names import (ANSWER_TAKEN_SUFFIX, CANCELLED_TYPES,
+                                                HANDLED_TYPES, QUESTION_OPEN_TYPE, SPEAK_TYPES,
                                                 TURN_TAG_KEY, UNMATCHED_TYPES)
 
 MAX_UTTERANCE_CHARS = 100_000   # a longer "sentence" is not speech; drop it
@@ -19,6 +20,8 @@ class ReplyKind(str, Enum):
     HANDLED = "handled"
     UNMATCHED = "unmatched"
     CANCELLED = "cancelled"
+    QUESTION_OPEN = "question_open"   # a skill's get_response() starts listening for an answer
+    ANSWER_TAKEN = "answer_taken"     # ovos-core gave this utterance to a waiting get_response()
     OTHER = "other"             # any other message of the session: only refreshes its Session
 
 
@@ -31,6 +34,7 @@ class Reply:
     turn_tag: Optional[str]                 # our tag echoed back in context, if the hub kept it
     utterance: str = ""
     expect_response: bool = False           # a skill asked a question and waits for the answer
+    skill_id: str = ""                      # the asking skill, for QUESTION_OPEN / ANSWER_TAKEN
 
 
 def parse_reply(msg_type: Any, data: Any, context: Any) -> Tuple[Optional[Reply], str]:
@@ -69,6 +73,13 @@ def parse_reply(msg_type: Any, data: Any, context: Any) -> Tuple[Optional[Reply]
         kind = ReplyKind.UNMATCHED
     elif msg_type in CANCELLED_TYPES:
         kind = ReplyKind.CANCELLED
+    elif msg_type == QUESTION_OPEN_TYPE:
+        skill_id = data.get("skill_id")
+        return Reply(ReplyKind.QUESTION_OPEN, msg_type, session_id, session, tag,
+                     skill_id=skill_id if isinstance(skill_id, str) else ""), ""
+    elif msg_type.endswith(ANSWER_TAKEN_SUFFIX) and len(msg_type) > len(ANSWER_TAKEN_SUFFIX):
+        return Reply(ReplyKind.ANSWER_TAKEN, msg_type, session_id, session, tag,
+                     skill_id=msg_type[:-len(ANSWER_TAKEN_SUFFIX)]), ""
     else:
         kind = ReplyKind.OTHER
     return Reply(kind, msg_type, session_id, session, tag), ""

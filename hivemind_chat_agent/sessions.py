@@ -1,14 +1,16 @@
 """Session bookkeeping: which OVOS Session a turn sends, and what a reply teaches us about it.
 
 The Session of each conversation lives in ovos-bus-client's process-wide `SessionManager`, as the
-OVOS chat agents and hivemind agents expect (reference 003); this class only decides how a
-caller's session_id maps to it and validates what comes back before it is stored.
+OVOS chat agents and hivemind agents expect (reference 003); this class decides how a caller's
+session_id maps to it, what of it goes on the wire, and validates what comes back before it is
+stored. An optional `SessionStore` keeps conversations across processes.
 """
-from typing import Any, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional, Set
 
 from ovos_bus_client.session import Session, SessionManager
 from ovos_utils.log import LOG
 
+from hivemind_chat_agent.session_store import SessionStore
 
 # Shapes of the serialized Session fields the pipeline reads; a reply that breaks them is not
 # stored (Session.deserialize would take it and fail later, in some skill, on the next turn).
@@ -19,13 +21,25 @@ _FIELD_TYPES = {
     "location": dict, "is_speaking": bool, "is_recording": bool,
 }
 
+# The conversation itself: what skills change and the next turn must carry back.
+CONVERSATION_FIELDS = ("session_id", "active_skills", "utterance_states", "context")
+# The hub's policy and live state: sent only where the caller set them. A Session built on the
+# client fills these from the client machine's defaults (its pipeline names matchers the hub
+# may not have; its blacklist is the client's), and ovos-core would obey them.
+HUB_FIELDS = ("pipeline", "blacklisted_skills", "blacklisted_intents", "is_speaking",
+              "is_recording")
+
 
 class SessionBook:
-    def __init__(self, default_session_id: str, site_id: Optional[str] = None):
+    def __init__(self, default_session_id: str, site_id: Optional[str] = None,
+                 store: Optional[SessionStore] = None):
         # "default" is ovos-core's own in-process session, and a 4.0 hub drops non-admin clients
         # that use it; a caller's "default" conversation gets this stable id instead.
         self.default_session_id = default_session_id
         self.site_id = site_id
+        self.store = store
+        self._from_hub: Set[str] = set()          # sessions the hub has described to us
+        self._caller: Dict[str, Dict[str, str]] = {}   # fields the caller set, per session
 
     def resolve(self, session_id: Optional[str]) -> str:
         if not session_id or session_id == "default":
@@ -34,25 +48,43 @@ class SessionBook:
 
     def for_turn(self, session_id: str, lang: Optional[str] = None,
                  units: Optional[str] = None) -> Session:
-        """The Session to send with the next utterance of `session_id` (created on first use)."""
+        """The Session to send with the next utterance of `session_id` (created on first use,
+        or continued from the store)."""
         sess = SessionManager.sessions.get(session_id)
+        if sess is None and self.store is not None:
+            sess = self._from_store(session_id)
         if sess is None:
             sess = Session(session_id=session_id)
-            if self.site_id:
-                sess.site_id = self.site_id
+        caller = self._caller.setdefault(session_id, {})
+        if self.site_id:
+            caller["site_id"] = sess.site_id = self.site_id
         if lang:
-            sess.lang = lang
+            caller["lang"] = sess.lang = lang
         if units:
-            sess.system_unit = units
+            caller["system_unit"] = sess.system_unit = units
         SessionManager.update(sess)
         return sess
 
-    @staticmethod
-    def absorb(session_id: str, data: Mapping[str, Any]) -> bool:
+    def wire(self, session: Session) -> Dict[str, Any]:
+        """What of `session` goes to the hub: the conversation, what the caller set, and what
+        the hub itself told us, but never the client's defaults or the hub's policy fields."""
+        full = session.serialize()
+        sid = session.session_id
+        caller = self._caller.get(sid, {})
+        if sid in self._from_hub:
+            keep = {k: v for k, v in full.items() if k not in HUB_FIELDS}
+        else:
+            keep = {k: full[k] for k in CONVERSATION_FIELDS if k in full}
+        keep.update(caller)
+        return keep
+
+    def absorb(self, session_id: str, data: Mapping[str, Any],
+               response_mode_only: bool = False) -> bool:
         """Store the Session a reply carries, so the next turn sends what the skills changed.
 
         Only a Session with exactly this id is stored: a reply can never write another
-        conversation's state.
+        conversation's state. `response_mode_only` takes just which skills still wait for an
+        answer, from a handler that started before the current turn (its other state is older).
         """
         if data.get("session_id") != session_id:
             return False
@@ -68,5 +100,27 @@ class SessionBook:
             return False
         if sess.session_id != session_id:
             return False
+        if response_mode_only:
+            current = SessionManager.sessions.get(session_id)
+            if current is None:
+                return False
+            current.utterance_states.update(sess.utterance_states)
+            return True
         SessionManager.sessions[session_id] = sess
+        self._from_hub.add(session_id)
         return True
+
+    def save(self, session_id: str) -> None:
+        """Keep the conversation for a later process (when a store is configured)."""
+        sess = SessionManager.sessions.get(session_id)
+        if self.store is None or sess is None or session_id not in self._from_hub:
+            return
+        self.store.save(session_id, sess.serialize())
+
+    def _from_store(self, session_id: str) -> Optional[Session]:
+        data = self.store.load(session_id)
+        if data is None or data.get("session_id") != session_id:
+            return None
+        if self.absorb(session_id, data):
+            return SessionManager.sessions[session_id]
+        return None

@@ -59,6 +59,7 @@ class Turn:
     sentences: List[str] = field(default_factory=list)
     deadline: float = 0.0
     speak_type: Optional[str] = None     # first speak topic seen; the other name is a duplicate
+    answers: Optional[str] = None        # tag of the question this utterance was taken to answer
 
     def __post_init__(self):
         self.deadline = self.started_at + self.timeout
@@ -107,56 +108,137 @@ class Turn:
         return [Ended(state, reason)]
 
 
+class Absorb(str, Enum):
+    """How much of the Session a reply carries may be stored for the next turn."""
+    NOTHING = "nothing"
+    ALL = "all"                       # a reply of the running turn: the newest state there is
+    RESPONSE_MODE = "response_mode"   # a still-running earlier handler (a skill's question)
+    # may only say whether it is still listening: the rest of its Session is older than ours
+
+
+@dataclass
+class Routing:
+    """What one reply means: events for the running turn, a sentence spoken outside any turn,
+    how much of its Session to keep, or why it is ignored."""
+    turn: Optional[Turn] = None
+    events: List[Event] = field(default_factory=list)
+    aside: Optional[str] = None        # a sentence for the session's subscribers
+    absorb: Absorb = Absorb.NOTHING
+    ignored: str = ""
+
+
+@dataclass
+class _Conversation:
+    """Per-session routing state. `owed` holds the turn tags whose `ovos.utterance.handled` may
+    still come (oldest first, bounded); `questions` maps a skill waiting in get_response() to
+    the tag of the utterance that made it ask."""
+    active: Optional[Turn] = None
+    owed: List[str] = field(default_factory=list)
+    questions: Dict[str, str] = field(default_factory=dict)
+
+    @property
+    def idle(self) -> bool:
+        return self.active is None and not self.owed and not self.questions
+
+
 class TurnTable:
-    """Routes replies to the active turn of their session.
+    """Routes replies to the running turn of their session, as a genuine ovos-core sends them.
 
     Keyed by session_id, so one connection may carry one session (a 4.0 hub) or many (a hub that
-    multiplexes sessions) with the same code.
+    multiplexes sessions) with the same code. What ovos-core sends, and how it is read:
 
-    The hub answers every utterance with exactly one `ovos.utterance.handled`, but not always
-    before the next utterance: after `complete_intent_failure` or a cancel it follows at once,
-    and after a skill asks a question (`expect_response`) it only comes once the skill got its
-    answer, i.e. during the next turn, after the sentences that answer it. So the table keeps,
-    per session, the turn tags of the utterances whose `handled` is still owed, and a turn is
-    over when nothing is owed any more. A tagged reply must carry an owed tag (else it is stale);
-    an untagged `handled` pays the oldest debt.
+    * a turn ends on its own `ovos.utterance.handled` (or a failure, a cancel, a question);
+    * a question (`speak` with expect_response) ends the asking turn; the skill keeps running.
+      If it listens with get_response(), ovos-core hands the user's next utterance to it
+      (`<skill>.converse.get_response`, tagged with that utterance, which never gets a
+      `handled` of its own); the skill's reply is tagged with the *asking* utterance, and the
+      asking utterance's `handled` ends the answering turn;
+    * speech tagged with an utterance that is not the running turn's (a late reply, an alarm, an
+      abandoned question giving up) is spoken outside any turn: it goes to the subscribers;
+    * replies without our tag (a hub that drops context) belong to the running turn.
     """
 
+    MAX_OWED = 16   # per session; a hub that never sends `handled` must not grow us
+
     def __init__(self):
-        self._active: Dict[str, Turn] = {}
-        self._owed: Dict[str, List[str]] = {}
+        self._convs: Dict[str, _Conversation] = {}
 
     def open(self, turn: Turn) -> None:
-        if turn.session_id in self._active:
+        conv = self._convs.setdefault(turn.session_id, _Conversation())
+        if conv.active is not None:
             raise RuntimeError(f"session {turn.session_id} already has a turn in progress")
-        self._active[turn.session_id] = turn
-        self._owed.setdefault(turn.session_id, []).append(turn.tag)
+        conv.active = turn
+        conv.owed.append(turn.tag)
+        del conv.owed[:-self.MAX_OWED]
 
     def close(self, turn: Turn) -> None:
-        if self._active.get(turn.session_id) is turn:
-            del self._active[turn.session_id]
+        conv = self._convs.get(turn.session_id)
+        if conv is not None and conv.active is turn:
+            conv.active = None
+            self._forget_if_idle(turn.session_id)
 
     def owed(self, session_id: str) -> List[str]:
-        return list(self._owed.get(session_id, ()))
+        conv = self._convs.get(session_id)
+        return list(conv.owed) if conv else []
 
-    def route(self, reply: Reply, now: float) -> Tuple[Optional[Turn], List[Event], str]:
-        """(turn or None, events, "") for a reply of this session's conversation, which may
-        refresh its Session; (None, [], why) for one to ignore."""
-        sid = reply.session_id
-        owed = self._owed.get(sid, [])
-        turn = self._active.get(sid)
-        if reply.turn_tag is not None and reply.turn_tag not in owed:
-            return None, [], f"{reply.msg_type} of an earlier turn"
-        if reply.kind is ReplyKind.HANDLED:
-            if not owed:
-                return None, [], f"{reply.msg_type} with no utterance waiting for it"
-            owed.remove(reply.turn_tag if reply.turn_tag is not None else owed[0])
-            if not owed:
-                del self._owed[sid]
-            return turn, (turn.handled() if turn is not None and not owed else []), ""
-        if turn is None:
-            return None, [], f"{reply.msg_type} for session {sid} between turns"
-        if reply.kind in (ReplyKind.UNMATCHED, ReplyKind.CANCELLED) and \
-                reply.turn_tag not in (None, turn.tag):
-            return None, [], f"{reply.msg_type} of an earlier utterance"
-        return turn, turn.receive(reply, now), ""
+    def sessions(self) -> List[str]:
+        return list(self._convs)
+
+    def route(self, reply: Reply, now: float) -> Routing:
+        sid, tag, kind = reply.session_id, reply.turn_tag, reply.kind
+        conv = self._convs.get(sid)
+        turn = conv.active if conv else None
+        if kind is ReplyKind.QUESTION_OPEN:
+            if conv is not None and reply.skill_id and tag in conv.owed:
+                conv.questions[reply.skill_id] = tag
+        mine = turn is not None and (tag is None or tag == turn.tag or
+                                     (turn.answers is not None and tag == turn.answers))
+        earlier = conv is not None and tag is not None and tag in conv.owed and not mine
+        if kind is ReplyKind.HANDLED:
+            paid = tag if tag is not None else (conv.owed[0] if conv and conv.owed else None)
+            return self._handled(sid, conv, turn, paid)
+        if mine:
+            if kind is ReplyKind.ANSWER_TAKEN and tag in (None, turn.tag):
+                self._answer_taken(conv, turn, reply.skill_id)
+            return Routing(turn, turn.receive(reply, now), absorb=Absorb.ALL)
+        aside = reply.utterance if kind is ReplyKind.SPEAK and reply.utterance.strip() else None
+        if earlier:
+            return Routing(aside=aside, absorb=Absorb.RESPONSE_MODE)
+        if tag is None and conv is None and aside is None:
+            return Routing(ignored=f"{reply.msg_type} for session {sid} between turns")
+        if aside is not None:   # an alarm, or speech of a turn that gave up long ago
+            return Routing(aside=aside)
+        return Routing(ignored=f"{reply.msg_type} of an earlier turn")
+
+    def _handled(self, sid, conv, turn, paid) -> Routing:
+        """Pays the utterance's debt; ends the running turn if it was its own, or the question's
+        its answer was waiting for. Untagged, it pays the oldest debt (a hub that drops context
+        still answers utterances in order)."""
+        if conv is None or paid is None or paid not in conv.owed:
+            return Routing(ignored="ovos.utterance.handled with no utterance waiting for it")
+        conv.owed.remove(paid)
+        for skill, asked in list(conv.questions.items()):
+            if asked == paid:
+                del conv.questions[skill]
+        if turn is not None and paid in (turn.tag, turn.answers):
+            return Routing(turn, turn.handled(), absorb=Absorb.ALL)
+        self._forget_if_idle(sid)
+        return Routing(absorb=Absorb.RESPONSE_MODE)
+
+    @staticmethod
+    def _answer_taken(conv: _Conversation, turn: Turn, skill_id: str) -> None:
+        """This utterance answers a question: it ends with the asking utterance's `handled`."""
+        asked = conv.questions.get(skill_id)
+        if asked is None:   # no announcement seen: the latest earlier utterance still running
+            earlier = [t for t in conv.owed if t != turn.tag]
+            asked = earlier[-1] if earlier else None
+        if asked is None:
+            return          # nothing to wait for: the turn ends on its own `handled`
+        turn.answers = asked
+        if turn.tag in conv.owed:
+            conv.owed.remove(turn.tag)   # ovos-core sends no `handled` for a taken answer
+
+    def _forget_if_idle(self, sid: str) -> None:
+        conv = self._convs.get(sid)
+        if conv is not None and conv.idle:
+            del self._convs[sid]

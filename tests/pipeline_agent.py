@@ -18,13 +18,21 @@ Utterances it understands (first word):
   units                 says the Session's unit system
   whoami                says the session_id the hub saw
   ask [SECONDS]         asks a question (expect_response), takes the session's next utterance
-                        as the answer (handled at once), then goes on: a skill's get_response
+                        as the answer, then goes on, as ovos-core runs a skill's get_response:
+                        `skill.converse.get_response.enable`, the answer routed to
+                        `test.skill.converse.get_response` (no handled of its own), the reply
+                        and then the handled under the asking utterance; "no answer, never
+                        mind" when SECONDS pass without one
+  greet                 speaks with wait=True: handled only after the client reports
+                        recognizer_loop:audio_output_end for the session (15 s at most)
+  later SECONDS         answers, then speaks once more SECONDS later, between turns
   hostile               garbage of every kind, then one good sentence and handled
   both                  newer OVOS: each sentence as "speak" and "ovos.utterance.speak"
   untagged N            N sentences with the turn tag stripped from the replies
 """
 import json
 import queue
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -44,18 +52,27 @@ class PipelineAgent(AgentProtocol):
         super().__init__(config=config or {}, bus=bus or FakeBus(), hm_protocol=hm_protocol)
         self._pool = ThreadPoolExecutor(max_workers=32)
         self.bus.on("recognizer_loop:utterance", self._on_utterance)
+        self.bus.on("recognizer_loop:audio_output_end", self._on_audio_end)
         self.seen = []
         self._questions = {}   # session_id -> queue of the answer, while a skill waits
+        self._speaking = {}    # session_id -> Event set by the client's audio_output_end
 
     def _on_utterance(self, message: Message):
         loop = IOLoop.current()   # we are on the hub's IO loop thread here
         peer = message.context.get("peer")
         waiting = self._questions.get(message.context.get("session", {}).get("session_id"))
         if waiting is not None:   # a skill asked: this utterance is its answer (response mode)
+            self._send(loop, peer, message.reply("test.skill.converse.get_response",
+                                                 dict(message.data)))
             waiting.put((message.data.get("utterances") or [""])[0])
-            self._send(loop, peer, message.reply("ovos.utterance.handled", {}))
             return
         self._pool.submit(self._answer, message, peer, loop)
+
+    def _on_audio_end(self, message: Message):
+        sid = message.context.get("session", {}).get("session_id")
+        event = self._speaking.get(sid)
+        if event is not None:
+            event.set()
 
     def _send(self, loop, peer, reply: Message):
         def send():
@@ -116,6 +133,8 @@ class PipelineAgent(AgentProtocol):
             self._speak(loop, peer, message, f"units {sess.system_unit}")
         elif cmd == "ask":   # a skill calling get_response(): ask, wait, go on in this handler
             answers = self._questions[sess.session_id] = queue.Queue()
+            self._send(loop, peer, message.reply("skill.converse.get_response.enable",
+                                                 {"skill_id": "test.skill"}))
             self._speak(loop, peer, message, "what is your favourite colour?",
                         expect_response=True)
             try:
@@ -124,8 +143,21 @@ class PipelineAgent(AgentProtocol):
                 answer = None
             finally:
                 self._questions.pop(sess.session_id, None)
+            self._send(loop, peer, message.reply("skill.converse.get_response.disable",
+                                                 {"skill_id": "test.skill"}))
             self._speak(loop, peer, message,
                         f"{answer} is a fine colour" if answer else "no answer, never mind")
+        elif cmd == "greet":   # speak(wait=True): blocks until the client played it
+            event = self._speaking[sess.session_id] = threading.Event()
+            self._speak(loop, peer, message, "hello world")
+            self.waited = event.wait(15)
+            self._speaking.pop(sess.session_id, None)
+        elif cmd == "later":
+            self._speak(loop, peer, message, "now you wait")
+            done()
+            time.sleep(float(args[0]))
+            self._speak(loop, peer, message, "the wait is over")
+            return
         elif cmd == "whoami":
             self._speak(loop, peer, message, f"session {sess.session_id}")
         elif cmd == "hostile":

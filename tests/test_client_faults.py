@@ -124,8 +124,10 @@ def test_shutdown_during_a_turn_ends_it_and_refuses_more(creds):
 def test_bus_messages_are_never_sent_before_the_key_exists(creds):
     from hivemind_chat_agent.config import ClientConfig
     from hivemind_chat_agent.connection import HubConnection
+    from hivemind_chat_agent.sessions import SessionBook
     from ovos_bus_client.session import Session
-    conn = HubConnection(ClientConfig.from_dict(creds.agent_config()), Session("plain"))
+    conn = HubConnection(ClientConfig.from_dict(creds.agent_config()), Session("plain"),
+                         SessionBook("plain"))
     with pytest.raises(ConnectionLostError, match="encrypted"):
         conn._transport.emit(HiveMessage(HiveMessageType.BUS, payload=Message("speak")))
     with pytest.raises(ConnectionLostError):

@@ -35,11 +35,90 @@ def test_absorb_refreshes_only_its_own_session():
     SessionManager.sessions.pop("sb-3", None)
     changed = Session("sb-2")
     changed.activate_skill("weather.skill")
-    assert SessionBook.absorb("sb-2", changed.serialize())
+    book = SessionBook("d")
+    assert book.absorb("sb-2", changed.serialize())
     assert SessionManager.sessions["sb-2"].active_skills[0][0] == "weather.skill"
-    assert not SessionBook.absorb("sb-3", changed.serialize())   # id mismatch
+    assert not book.absorb("sb-3", changed.serialize())   # id mismatch
     assert "sb-3" not in SessionManager.sessions
-    assert not SessionBook.absorb("sb-2", {"session_id": "sb-2", "active_skills": "garbage"})
+    assert not book.absorb("sb-2", {"session_id": "sb-2", "active_skills": "garbage"})
+
+
+def test_a_fresh_session_sends_only_the_conversation_and_what_the_caller_set():
+    """Never the client machine's pipeline, blacklist, location or formats: the hub decides."""
+    book = SessionBook("d", site_id="kitchen")
+    SessionManager.sessions.pop("sb-w", None)
+    wire = book.wire(book.for_turn("sb-w", lang="de-DE"))
+    assert set(wire) == {"session_id", "active_skills", "utterance_states", "context",
+                         "site_id", "lang"}
+    assert wire["lang"] == "de-DE" and wire["site_id"] == "kitchen"
+    SessionManager.sessions.pop("sb-w2", None)
+    assert "lang" not in book.wire(book.for_turn("sb-w2"))
+
+
+def test_after_a_reply_the_hubs_own_values_go_back_but_never_its_policy_fields():
+    book = SessionBook("d")
+    SessionManager.sessions.pop("sb-h", None)
+    book.for_turn("sb-h", units="imperial")
+    from_hub = Session("sb-h", lang="pt-PT", pipeline=["adapt_high"],
+                       blacklisted_skills=["x.skill"], system_unit="metric")
+    from_hub.activate_skill("parrot.skill")
+    assert book.absorb("sb-h", from_hub.serialize())
+    wire = book.wire(book.for_turn("sb-h"))
+    assert wire["lang"] == "pt-PT" and wire["active_skills"][0][0] == "parrot.skill"
+    assert wire["system_unit"] == "imperial"                  # the caller's setting wins
+    for field in ("pipeline", "blacklisted_skills", "blacklisted_intents", "is_speaking"):
+        assert field not in wire
+
+
+def test_response_mode_only_takes_which_skills_listen_and_nothing_older():
+    book = SessionBook("d")
+    SessionManager.sessions.pop("sb-r", None)
+    current = book.for_turn("sb-r")
+    current.activate_skill("newer.skill")
+    old = Session("sb-r", utterance_states={"alarm.skill": "intent"})
+    assert book.absorb("sb-r", old.serialize(), response_mode_only=True)
+    now = SessionManager.sessions["sb-r"]
+    assert now is current and now.active_skills[0][0] == "newer.skill"
+    assert now.utterance_states["alarm.skill"] == "intent"
+
+
+def test_store_continues_a_conversation_in_a_new_process_and_is_private_per_client(tmp_path):
+    from hivemind_chat_agent.session_store import SessionStore
+    store = SessionStore(str(tmp_path), "127.0.0.1", 5678, "key-a")
+    book = SessionBook("d", store=store)
+    SessionManager.sessions.pop("sb-s", None)
+    book.for_turn("sb-s")
+    from_hub = Session("sb-s")
+    from_hub.activate_skill("parrot.skill")
+    book.absorb("sb-s", from_hub.serialize())
+    book.save("sb-s")
+    files = list(tmp_path.rglob("*.json"))
+    assert len(files) == 1 and oct(files[0].stat().st_mode & 0o777) == "0o600"
+    assert "key-a" not in files[0].read_text() and "sb-s" not in files[0].name
+    SessionManager.sessions.pop("sb-s")              # a new process
+    again = SessionBook("d", store=SessionStore(str(tmp_path), "127.0.0.1", 5678, "key-a"))
+    assert again.for_turn("sb-s").active_skills[0][0] == "parrot.skill"
+    assert "active_skills" in again.wire(SessionManager.sessions["sb-s"])
+    SessionManager.sessions.pop("sb-s")
+    other = SessionBook("d", store=SessionStore(str(tmp_path), "127.0.0.1", 5678, "key-b"))
+    assert other.for_turn("sb-s").active_skills == []  # another access key: its own store
+
+
+def test_store_is_bounded_in_count_and_age(tmp_path):
+    import os
+    import time
+    from hivemind_chat_agent.session_store import SessionStore
+    store = SessionStore(str(tmp_path), "h", 1, "k", max_sessions=5, ttl=3600)
+    for i in range(12):
+        store.save(f"s{i}", {"session_id": f"s{i}"})
+        path = store._file(f"s{i}")
+        os.utime(path, (time.time() - 100 + i, time.time() - 100 + i))
+    store.prune()
+    assert len(list(tmp_path.rglob("*.json"))) == 5
+    assert store.load("s11") == {"session_id": "s11"} and store.load("s0") is None
+    old = store._file("s11")
+    os.utime(old, (time.time() - 7200, time.time() - 7200))
+    assert store.load("s11") is None and not os.path.exists(old)
 
 
 def test_config_accepts_host_forms_and_defaults():

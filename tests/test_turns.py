@@ -2,7 +2,7 @@
 import pytest
 
 from hivemind_chat_agent.replies import MAX_UTTERANCE_CHARS, ReplyKind, parse_reply
-from hivemind_chat_agent.turns import Ended, Sentence, Turn, TurnState, TurnTable
+from hivemind_chat_agent.turns import Absorb, Ended, Sentence, Turn, TurnState, TurnTable
 
 
 def ctx(sid="s1", tag="t1"):
@@ -117,19 +117,25 @@ def test_replies_route_by_session_and_tag():
     a, b = new_turn("a", "ta"), new_turn("b", "tb")
     table.open(a)
     table.open(b)
-    turn, events, _ = table.route(speak("for a", "a", "ta"), 0)
-    assert turn is a and events == [Sentence("for a")]
-    turn, events, _ = table.route(speak("for b", "b", "tb"), 0)
-    assert turn is b and events == [Sentence("for b")]
+    r = table.route(speak("for a", "a", "ta"), 0)
+    assert r.turn is a and r.events == [Sentence("for a")] and r.absorb is Absorb.ALL
+    r = table.route(speak("for b", "b", "tb"), 0)
+    assert r.turn is b and r.events == [Sentence("for b")]
     assert a.sentences == ["for a"] and b.sentences == ["for b"]
 
 
-def test_reply_for_unknown_session_or_old_tag_is_ignored():
+def test_speech_outside_the_running_turn_is_an_aside_and_never_changes_the_session():
+    """An alarm, or a turn that gave up long ago: its speech goes to the subscribers."""
     table = TurnTable()
-    table.open(new_turn("a", "t2"))
-    for r in (speak("x", "zzz", "t2"), speak("old", "a", "t1"), speak("none", "zzz", None)):
-        turn, events, why = table.route(r, 0)
-        assert turn is None and events == [] and why
+    t = new_turn("a", "t2")
+    table.open(t)
+    for r in (speak("x", "zzz", "t2"), speak("old", "a", "t1")):
+        routed = table.route(r, 0)
+        assert routed.turn is None and routed.events == [] and routed.aside == r.utterance
+        assert routed.absorb is Absorb.NOTHING
+    assert t.sentences == [] and t.state is TurnState.WAITING
+    routed = table.route(reply("mycroft.scheduler.schedule_event", sid="a", tag="t0"), 0)
+    assert routed.ignored and routed.absorb is Absorb.NOTHING
 
 
 def test_two_turns_on_one_session_are_refused():
@@ -148,9 +154,11 @@ def test_handled_ends_the_turn_through_the_table():
     t = new_turn("a", "t1")
     table.open(t)
     table.route(speak("x", "a", "t1"), 0)
-    turn, events, why = table.route(reply("ovos.utterance.handled", sid="a", tag="t1"), 0)
-    assert turn is t and events == [Ended(TurnState.HANDLED)] and why == ""
+    r = table.route(reply("ovos.utterance.handled", sid="a", tag="t1"), 0)
+    assert r.turn is t and r.events == [Ended(TurnState.HANDLED)] and r.ignored == ""
     assert table.owed("a") == []
+    table.close(t)
+    assert table.sessions() == []     # nothing kept for an idle session
 
 
 @pytest.mark.parametrize("tagged", [True, False])
@@ -164,43 +172,95 @@ def test_handled_owed_by_an_early_end_never_ends_the_next_turn(tagged):
         assert first.state is TurnState.UNMATCHED
         late = reply("ovos.utterance.handled", sid="a", tag="t1" if tagged else None)
         if handled_before_close:
-            assert table.route(late, 0)[2] == ""       # accepted: pays the debt
+            assert table.route(late, 0).ignored == ""      # accepted: pays the debt
         table.close(first)
         second = new_turn("a", "t2")
         table.open(second)
         if not handled_before_close:
-            turn, events, why = table.route(late, 0)
-            assert events == [] and why == ""          # first's debt, not second's end
+            r = table.route(late, 0)
+            assert r.events == [] and r.ignored == ""     # first's debt, not second's end
         assert second.state is TurnState.WAITING
         table.route(speak("answer", "a", "t2" if tagged else None), 0)
-        turn, events, _ = table.route(
-            reply("ovos.utterance.handled", sid="a", tag="t2" if tagged else None), 0)
-        assert turn is second and events == [Ended(TurnState.HANDLED)]
+        r = table.route(reply("ovos.utterance.handled", sid="a", tag="t2" if tagged else None), 0)
+        assert r.turn is second and r.events == [Ended(TurnState.HANDLED)]
+
+
+def ask(table, tag_of, skill="alarm.skill"):
+    """Turn t1 asks the way a skill's get_response() does on a genuine ovos-core."""
+    first = new_turn("a", "t1")
+    table.open(first)
+    table.route(reply("skill.converse.get_response.enable", {"skill_id": skill}, "a",
+                      tag_of("t1")), 0)
+    r = table.route(speak_q("what time?", "a", tag_of("t1")), 0)
+    assert r.events == [Sentence("what time?"), Ended(TurnState.ASKED, r.events[1].reason)]
+    assert first.state.in_step
+    table.close(first)
+    return first
 
 
 @pytest.mark.parametrize("tagged", [True, False])
-def test_a_question_ends_the_turn_and_its_continuation_is_the_next_turns_answer(tagged):
-    """get_response: the skill asks (expect_response), the user answers in the next turn, the
-    skill's handler goes on speaking under the first utterance, and both handled arrive."""
+def test_an_answer_taken_by_get_response_ends_with_the_questions_handled(tagged):
+    """What ovos-core 2.1.1 sends: the answer is routed to `<skill>.converse.get_response`
+    (tagged with the answer, which never gets a handled of its own); the skill's reply is tagged
+    with the asking utterance, and the asking utterance's handled ends the answering turn."""
     tag = (lambda t: t) if tagged else (lambda t: None)
     table = TurnTable()
-    first = new_turn("a", "t1")
-    table.open(first)
-    _, events, _ = table.route(speak_q("what colour?", "a", tag("t1")), 0)
-    assert events == [Sentence("what colour?"), Ended(TurnState.ASKED, events[1].reason)]
-    assert first.state.in_step
-    table.close(first)
+    ask(table, tag)
     second = new_turn("a", "t2")
     table.open(second)
-    # the answer utterance is consumed at once: its handled comes first
-    turn, events, why = table.route(reply("ovos.utterance.handled", sid="a", tag=tag("t2")), 0)
-    assert events == [] and why == ""
-    # then the first handler continues, under the first utterance's context
-    _, events, _ = table.route(speak("blue it is", "a", tag("t1")), 0)
-    assert events == [Sentence("blue it is")]
-    turn, events, _ = table.route(reply("ovos.utterance.handled", sid="a", tag=tag("t1")), 0)
-    assert turn is second and events == [Ended(TurnState.HANDLED)]
-    assert table.owed("a") == []
+    r = table.route(reply("alarm.skill.converse.get_response", {"utterances": ["7 am"]}, "a",
+                          tag("t2")), 0)
+    assert r.turn is second and r.events == []
+    assert second.answers == "t1" and table.owed("a") == ["t1"]
+    r = table.route(reply("skill.converse.get_response.disable", {"skill_id": "alarm.skill"},
+                          "a", tag("t1")), 0)
+    assert r.events == [] and r.absorb is Absorb.ALL
+    r = table.route(speak("alarm set for 7", "a", tag("t1")), 0)
+    assert r.turn is second and r.events == [Sentence("alarm set for 7")]
+    r = table.route(reply("ovos.utterance.handled", sid="a", tag=tag("t1")), 0)
+    assert r.turn is second and r.events == [Ended(TurnState.HANDLED)]
+    table.close(second)
+    assert table.owed("a") == [] and table.sessions() == []
+
+
+def test_an_answer_that_asks_again_ends_asked_and_the_next_answer_goes_to_the_same_question():
+    table = TurnTable()
+    ask(table, lambda t: t)
+    second = new_turn("a", "t2")
+    table.open(second)
+    table.route(reply("alarm.skill.converse.get_response", {}, "a", "t2"), 0)
+    r = table.route(speak_q("I did not get that, what time?", "a", "t1"), 0)
+    assert r.events[-1].state is TurnState.ASKED
+    table.close(second)
+    third = new_turn("a", "t3")
+    table.open(third)
+    table.route(reply("alarm.skill.converse.get_response", {}, "a", "t3"), 0)
+    assert third.answers == "t1"
+    r = table.route(reply("ovos.utterance.handled", sid="a", tag="t1"), 0)
+    assert r.turn is third and r.events == [Ended(TurnState.HANDLED)]
+
+
+def test_an_abandoned_question_never_holds_up_an_unrelated_turn():
+    """The skill gave up on its question (its late speech is an aside, its session update only
+    says it stopped listening); the next turn is matched normally and ends on its own handled,
+    whether the question's handled comes before, during or never."""
+    for when in ("before", "during", "never"):
+        table = TurnTable()
+        ask(table, lambda t: t)
+        r = table.route(speak("I didn't hear a time", "a", "t1"), 0)
+        assert r.aside == "I didn't hear a time" and r.absorb is Absorb.RESPONSE_MODE
+        done = reply("ovos.utterance.handled", sid="a", tag="t1")
+        if when == "before":
+            assert table.route(done, 0).absorb is Absorb.RESPONSE_MODE
+        third = new_turn("a", "t3")
+        table.open(third)
+        if when == "during":
+            r = table.route(done, 0)
+            assert r.turn is None and r.events == [] and third.state is TurnState.WAITING
+        r = table.route(speak("hello", "a", "t3"), 0)
+        assert r.turn is third
+        r = table.route(reply("ovos.utterance.handled", sid="a", tag="t3"), 0)
+        assert r.events == [Ended(TurnState.HANDLED)]
 
 
 def test_a_failure_tagged_for_an_earlier_utterance_does_not_end_this_turn():
@@ -211,13 +271,22 @@ def test_a_failure_tagged_for_an_earlier_utterance_does_not_end_this_turn():
     table.close(first)
     second = new_turn("a", "t2")
     table.open(second)
-    turn, events, why = table.route(reply("ovos.utterance.cancelled", sid="a", tag="t1"), 0)
-    assert turn is None and why and second.state is TurnState.WAITING
+    r = table.route(reply("ovos.utterance.cancelled", sid="a", tag="t1"), 0)
+    assert r.turn is None and second.state is TurnState.WAITING
 
 
 def test_stale_tag_is_ignored_and_unowed_handled_too():
     table = TurnTable()
     table.open(new_turn("a", "t2"))
-    assert table.route(reply("ovos.utterance.handled", sid="a", tag="t0"), 0)[2]
+    assert table.route(reply("ovos.utterance.handled", sid="a", tag="t0"), 0).ignored
     table2 = TurnTable()
-    assert table2.route(reply("ovos.utterance.handled", sid="a", tag=None), 0)[2]
+    assert table2.route(reply("ovos.utterance.handled", sid="a", tag=None), 0).ignored
+
+
+def test_debts_are_bounded_when_a_hub_never_sends_handled():
+    table = TurnTable()
+    for i in range(100):
+        t = new_turn("a", f"t{i}")
+        table.open(t)
+        table.close(t)
+    assert len(table.owed("a")) == TurnTable.MAX_OWED
