@@ -128,19 +128,20 @@ class HiveMindChatAgent(ChatEngine):
             conn = self.pool.acquire(session)      # leased: eviction leaves it alone
             clean = lost = False
             try:
-                handle = conn.start_turn(session, utterance, uuid.uuid4().hex,
-                                         self.settings.timeout)
-                try:
-                    for event in self._events(conn, handle):
-                        if isinstance(event, Sentence):
-                            yield event.text
-                        else:
-                            lost = event.state is TurnState.LOST
-                            clean = self._outcome(event, handle)
-                finally:
-                    if not handle.turn.state.is_final:
-                        conn.abort(handle, "the caller stopped reading the answer")
-                    conn.finish_turn(handle)
+                with self.pool.gate.turn():
+                    handle = conn.start_turn(session, utterance, uuid.uuid4().hex,
+                                             self.settings.timeout)
+                    try:
+                        for event in self._events(conn, handle):
+                            if isinstance(event, Sentence):
+                                yield event.text
+                            else:
+                                lost = event.state is TurnState.LOST
+                                clean = self._outcome(event, handle)
+                    finally:
+                        if not handle.turn.state.is_final:
+                            conn.abort(handle, "the caller stopped reading the answer")
+                        conn.finish_turn(handle)
             finally:
                 self.pool.release(conn)
                 self.sessions.save(sid)

@@ -28,6 +28,7 @@ class ClientConfig:
     session_store_max: int = 1000   # sessions kept per client in the store
     session_store_ttl: float = 30 * 86400   # a stored session older than this starts afresh
     plays_audio: bool = False       # True: the caller reports the end of playback itself
+    churn_guard: float = 1.0        # a connect/close waits this long at most for turns in flight
 
     @property
     def url_host(self) -> str:
@@ -63,13 +64,14 @@ class ClientConfig:
             idle_timeout = float(config.get("idle_timeout", 300))
             store_max = int(config.get("session_store_max", 1000))
             store_ttl = float(config.get("session_store_ttl", 30 * 86400))
+            churn_guard = float(config.get("churn_guard", 1.0))
         except (TypeError, ValueError) as e:
             raise ConfigurationError(f"invalid number in agent config: {e}") from None
         if timeout <= 0 or connect_timeout <= 0 or max_connections < 1 or idle_timeout <= 0 \
-                or store_max < 1 or store_ttl <= 0:
+                or store_max < 1 or store_ttl <= 0 or churn_guard < 0:
             raise ConfigurationError("timeout, connect_timeout, idle_timeout and "
                                      "session_store_ttl must be > 0, max_connections and "
-                                     "session_store_max >= 1")
+                                     "session_store_max >= 1, churn_guard >= 0")
         store = config.get("session_store")
         if store is not None and not isinstance(store, str):
             raise ConfigurationError("session_store must be a directory path (or absent)")
@@ -86,7 +88,8 @@ class ClientConfig:
                    max_connections=max_connections, idle_timeout=idle_timeout,
                    default_session_id=default_sid, session_store=store or None,
                    session_store_max=store_max, session_store_ttl=store_ttl,
-                   plays_audio=bool(config.get("plays_audio", False)))
+                   plays_audio=bool(config.get("plays_audio", False)),
+                   churn_guard=churn_guard)
 
 
 def default_session_id_for(access_key: str) -> str:

@@ -5,6 +5,10 @@ own key, allowed-type and session checks. This class does only the minimum there
 satellite up, queue the turn) and runs the engine on a bounded pool of workers, one satellite
 session's turns in order. Replies go back through the IO loop to the satellite that asked, and
 to no other; a turn always ends with exactly one `ovos.utterance.handled`.
+
+An engine that speaks between turns (`subscribe(session_id, callback)`, as `HiveMindChatAgent`
+relaying to another hub does: alarms, reminders, late answers) has that speech forwarded to
+the satellite session it belongs to, while the satellite is connected.
 """
 import importlib
 import time
@@ -139,6 +143,15 @@ class _HubTurn:
         return True
 
 
+@dataclass
+class _Aside:
+    """Where an engine session's speech between turns goes: its satellite's latest connection."""
+    peer: str
+    loop: Any
+    satellite_session: Dict[str, Any]
+    subscription: Any = None
+
+
 class ChatAgentProtocol(AgentProtocol):
     """hivemind-core agent protocol plugin `hivemind-chat-agent-plugin`."""
 
@@ -154,6 +167,7 @@ class ChatAgentProtocol(AgentProtocol):
                                             self.settings.max_queue_per_session)
         self.satellites = SatelliteSessions(self.settings.session_ttl)
         self._satellites_lock = Lock()      # IO loop (touch, disconnect, sweep) vs workers
+        self._asides: Dict[str, "_Aside"] = {}   # engine session -> where its speech goes
         self._sweeping = False
         for msg_type in UTTERANCE_TYPES:
             self.bus.on(msg_type, self._on_utterance)
@@ -207,6 +221,7 @@ class ChatAgentProtocol(AgentProtocol):
             expired = self.satellites.expired(time.monotonic())
         for session_id in expired:
             SessionManager.sessions.pop(session_id, None)
+            self._stop_asides(session_id)
         loop.call_later(self._sweep_interval, self._sweep, loop)
 
     def _on_disconnect(self, message: Message) -> None:
@@ -215,6 +230,44 @@ class ChatAgentProtocol(AgentProtocol):
             gone = self.satellites.disconnected(peer)
         for session_id in gone:
             SessionManager.sessions.pop(session_id, None)
+            self._stop_asides(session_id)
+
+    # ---- speech between turns (engines that have it) ----
+    def _follow_asides(self, turn: "_HubTurn") -> None:
+        """Worker thread, before the turn: subscribe once per satellite session."""
+        subscribe = getattr(self.engine, "subscribe", None)
+        if not callable(subscribe):
+            return
+        with self._satellites_lock:
+            aside = self._asides.get(turn.session_id)
+            if aside is not None:
+                aside.peer, aside.satellite_session = turn.peer, turn.satellite_session
+                return
+            aside = self._asides[turn.session_id] = _Aside(turn.peer, turn.loop,
+                                                           turn.satellite_session)
+        try:
+            aside.subscription = subscribe(
+                turn.session_id, callback=lambda text: self._forward_aside(aside, text))
+        except Exception as e:   # the turn itself reports an unreachable upstream
+            LOG.info(f"not following speech between turns of {turn.peer}: "
+                     f"{type(e).__name__}")
+            with self._satellites_lock:
+                self._asides.pop(turn.session_id, None)
+
+    def _forward_aside(self, aside: "_Aside", text: str) -> None:
+        sat = aside.satellite_session
+        ctx = {"source": PLUGIN_NAME, "destination": aside.peer,
+               "session": {**sat, "session_id": sat.get("session_id")}}
+        reply = Message(SPEAK_TYPE, {"utterance": text, "expect_response": False,
+                                     "lang": sat.get("lang") or "en-US",
+                                     "meta": {"skill": PLUGIN_NAME}}, ctx)
+        aside.loop.add_callback(self._send, aside.peer, reply)
+
+    def _stop_asides(self, session_id: str) -> None:
+        with self._satellites_lock:
+            aside = self._asides.pop(session_id, None)
+        if aside is not None and aside.subscription is not None:
+            aside.subscription.close()
 
     def _forget_if_untracked(self, session_id: str) -> None:
         """A turn that outlived its satellite must not leave its Session behind."""
@@ -222,6 +275,7 @@ class ChatAgentProtocol(AgentProtocol):
             tracked = session_id in self.satellites
         if not tracked:
             SessionManager.sessions.pop(session_id, None)
+            self._stop_asides(session_id)
 
     def deliver(self, turn: _HubTurn, reply: Message) -> None:
         """Hand a reply to the IO loop (the only thread that may write to a socket)."""
@@ -248,6 +302,7 @@ class ChatAgentProtocol(AgentProtocol):
         sess = Session.deserialize({**turn.satellite_session, "session_id": turn.session_id})
         SessionManager.update(sess)
         try:
+            self._follow_asides(turn)
             self._converse(turn, sess)
         finally:
             self._forget_if_untracked(turn.session_id)
@@ -283,6 +338,10 @@ class ChatAgentProtocol(AgentProtocol):
                 f"workers={self.settings.workers}, timeout={self.settings.timeout:g})")
 
     def shutdown(self) -> None:
+        with self._satellites_lock:
+            following = list(self._asides)
+        for session_id in following:
+            self._stop_asides(session_id)
         self.executor.shutdown(wait=False)
         stop = getattr(self.engine, "shutdown", None)
         if callable(stop):

@@ -11,6 +11,7 @@ from typing import Callable, Dict, List, Optional
 from ovos_bus_client.session import Session
 from ovos_utils.log import LOG
 
+from hivemind_chat_agent.churn_gate import ChurnGate
 from hivemind_chat_agent.config import ClientConfig
 from hivemind_chat_agent.connection import HubConnection
 from hivemind_chat_agent.errors import AgentClosedError
@@ -29,6 +30,8 @@ class ConnectionPool:
         self._closed = False
         self._stop = threading.Event()
         self._reaper: Optional[threading.Thread] = None
+        self.gate = ChurnGate(config.churn_guard,    # turns hold `gate.turn()`
+                              stagger=0.025 if config.churn_guard > 0 else 0.0)
 
     def acquire(self, session: Session) -> HubConnection:
         """The live connection for this session, connecting if needed, leased to the caller until
@@ -44,9 +47,10 @@ class ConnectionPool:
                     conn.leases += 1
                     return conn
                 del self._conns[sid]
-        if conn is not None:
-            conn.close()
-        conn = self._factory(self.config, session).connect()
+        with self.gate.change():
+            if conn is not None:
+                conn.close()
+            conn = self._factory(self.config, session).connect()
         with self._lock:
             if self._closed:
                 conn.close()
@@ -55,8 +59,10 @@ class ConnectionPool:
             conn.leases += 1
             evicted = self._evict_over_bound(keep=sid)
             self._start_reaper()
-        for old in evicted:
-            old.close()
+        if evicted:
+            with self.gate.change():
+                for old in evicted:
+                    old.close()
         return conn
 
     def release(self, conn: HubConnection) -> None:
@@ -88,7 +94,8 @@ class ConnectionPool:
         with self._lock:
             conn = self._conns.pop(session_id, None)
         if conn is not None:
-            conn.close()
+            with self.gate.change():
+                conn.close()
 
     def reap_idle(self) -> int:
         now = self._clock()
@@ -99,8 +106,10 @@ class ConnectionPool:
                         and sid not in self._pinned))]
             conns = [self._conns.pop(sid) for sid in idle]
             conns += self._evict_over_bound(keep=None)
-        for conn in conns:
-            conn.close()
+        if conns:
+            with self.gate.change():
+                for conn in conns:
+                    conn.close()
         return len(conns)
 
     def close_all(self) -> None:

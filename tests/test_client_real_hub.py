@@ -199,3 +199,44 @@ def test_shutdown_leaves_no_thread_of_the_agent(creds):
     assert agent_threads() - before
     agent.shutdown()
     assert agent_threads() - before == set()
+
+
+def test_a_wait_true_sentence_is_reported_played_at_once(creds, make_agent, hub):
+    """Like hello-world's speak(wait=True): the hub's handler blocks until the client reports
+    recognizer_loop:audio_output_end, which the agent sends for every sentence it receives."""
+    agent = make_agent(creds.agent_config(timeout=20))
+    start = time.monotonic()
+    assert agent.get_response("greet", session_id="greet") == "hello world"
+    assert time.monotonic() - start < 2
+
+
+def test_speech_between_turns_reaches_subscribers_and_the_connection_stays(creds, make_agent):
+    agent = make_agent(creds.agent_config(idle_timeout=0.3))
+    heard = []
+    with agent.subscribe("later", callback=heard.append) as sub:
+        conn = agent.pool.peek("later")
+        assert agent.get_response("later 1.0", session_id="later") == "now you wait"
+        assert sub.get(timeout=5) == "the wait is over"
+        time.sleep(0.2)
+        assert heard == ["the wait is over"]
+        assert agent.pool.peek("later") is conn and conn.alive   # idle, yet not reaped
+    deadline = time.monotonic() + 5
+    while agent.pool.peek("later") is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert agent.pool.peek("later") is None                     # reaped once unsubscribed
+    assert sub.get(timeout=0.1) is None and list(sub) == []     # closed: iteration ends
+
+
+def test_a_timed_out_turn_keeps_its_connection_and_its_late_answer_is_an_aside(creds,
+                                                                               make_agent):
+    """Reconnecting is what disturbs a hub; late replies carry the old turn's tag, so the
+    connection stays in step and the late sentence goes to the subscribers, not the next turn."""
+    agent = make_agent(creds.agent_config(timeout=0.5))
+    sub = agent.subscribe("late")
+    conn = agent.pool.peek("late")
+    with pytest.raises(TurnTimeoutError):
+        agent.get_response("slow 1 1.2", session_id="late")
+    assert agent.get_response("hello", session_id="late") == "hello there"
+    assert sub.get(timeout=5) == "slow sentence 1"
+    assert agent.pool.peek("late") is conn
+    sub.close()

@@ -327,6 +327,10 @@ def test_relay_through_two_hubs_keeps_per_satellite_memory():
                 f"session {engine_session_id(c1.key, 'home')}"     # its own session upstream
             assert s1.get_response("count 3", session_id="home") == \
                 "sentence 1\nsentence 2\nsentence 3"
+            # speech between turns upstream (an alarm, a late answer) reaches the satellite
+            with s1.subscribe("home") as sub:
+                assert s1.get_response("later 1.0", session_id="home") == "now you wait"
+                assert sub.get(timeout=5) == "the wait is over"
         finally:
             s1.shutdown()
     finally:

@@ -1,0 +1,80 @@
+"""Keep connects and closes apart from turns in flight, for a bounded time.
+
+The stock hub plugin of hivemind-core 4.0 (hivemind-ovos-agent-plugin 0.1.0) iterates the hub's
+client table on its OVOS bus thread for every message it forwards; a client connecting or
+leaving meanwhile raises "dictionary changed size during iteration", and the plugin drops its
+OVOS bus connection for about 5 s, losing every utterance and reply in that window (skills
+waiting on a lost `audio_output_end` then hold ovos-core's handler pool for 15 s). The fix is
+upstream (see docs/troubleshooting.md); until a hub has it, an agent lowers the odds by never
+changing its own connections while its own turns are being answered: a connect or a close waits
+for the turns in flight to end, and a new turn waits for connects in progress, each at most
+`max_wait` seconds so neither side can starve the other. Connects still run in parallel with
+each other.
+
+Turns that start while others are in flight are also spaced `stagger` apart (25 ms, about one
+round trip through hub and messagebus). ovos-core runs skill handlers on a small pool (6
+threads on 2 cores); a burst of greetings that all speak with wait=True arrives within a few ms
+of each other (connects finishing together line them up) and blocks every thread before the
+first audio_output_end can be handled: measured, 6 simultaneous first turns took 7-15 s, spaced
+25 ms apart 0.6-0.8 s. A lone turn, or one after the last has ended, is never delayed.
+"""
+import threading
+import time
+from contextlib import contextmanager
+
+
+class ChurnGate:
+    def __init__(self, max_wait: float = 1.0, stagger: float = 0.025):
+        self.max_wait = max_wait
+        self.stagger = stagger
+        self._next_start = 0.0
+        self._cond = threading.Condition()
+        self._turns = 0
+        self._changes = 0
+        self._changes_waiting = 0
+
+    @contextmanager
+    def turn(self):
+        """Held while one turn is sent and answered."""
+        with self._cond:
+            self._wait_for(lambda: not self._changes and not self._changes_waiting)
+            now = time.monotonic()
+            start = max(now, self._next_start) if self._turns else now
+            self._next_start = start + self.stagger
+            self._turns += 1
+        delay = start - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._turns -= 1
+                self._cond.notify_all()
+
+    @contextmanager
+    def change(self):
+        """Held while a connection is opened or closed."""
+        with self._cond:
+            self._changes_waiting += 1
+            try:
+                self._wait_for(lambda: not self._turns)
+            finally:
+                self._changes_waiting -= 1
+            self._changes += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._changes -= 1
+                self._cond.notify_all()
+
+    def _wait_for(self, predicate) -> None:
+        if self.max_wait <= 0:
+            return
+        deadline = time.monotonic() + self.max_wait
+        while not predicate():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            self._cond.wait(remaining)
