@@ -37,6 +37,5 @@ setup(
             "hivemind-chat-agent-plugin=hivemind_chat_agent.hub_protocol:ChatAgentProtocol",
         ],
     },
-    classifiers=["License :: OSI Approved :: Apache Software License",
-                 "Programming Language :: Python :: 3"],
+    classifiers=["Programming Language :: Python :: 3"],   # license: the SPDX field above
 )
