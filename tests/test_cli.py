@@ -3,16 +3,20 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 
 import pexpect
 import pytest
 
 CLI = os.path.join(os.path.dirname(sys.executable), "hivemind-chat")
+# the CLI keeps conversations under $XDG_STATE_HOME: never the real one of whoever runs the tests
+STATE = tempfile.mkdtemp(prefix="hm-test-cli-state-")
+CLI_ENV = {**os.environ, "XDG_STATE_HOME": STATE}
 
 
 def spawn(*args, env=None):
     return pexpect.spawn(CLI, list(args), encoding="utf-8", timeout=60,
-                         dimensions=(40, 160), env=env or dict(os.environ))
+                         dimensions=(40, 160), env=env or dict(CLI_ENV))
 
 
 def finish(child):
@@ -81,6 +85,32 @@ def test_interactive_follow_up_question_keeps_the_session(creds):
     assert finish(child) == 0
 
 
+def test_speech_between_turns_is_printed_while_the_prompt_waits(creds):
+    """An alarm firing while the user is at the prompt: printed at once, prompt redrawn."""
+    child = spawn("--host", "127.0.0.1", "--port", str(creds.port), "--key", creds.key,
+                  "--password", creds.password, "--session", "cli-later")
+    child.expect(r"\[cli-later\] you> ")
+    child.sendline("later 1.5")
+    child.expect(r"hub> now you wait")
+    child.expect(r"you> ")
+    child.expect(r"hub> the wait is over", timeout=10)    # nothing typed meanwhile
+    child.expect(r"\[cli-later\] you> ")
+    child.sendline("/quit")
+    assert finish(child) == 0
+
+
+def test_one_shot_runs_continue_the_conversation_unless_told_not_to(creds):
+    args = ["--host", "127.0.0.1", "--port", str(creds.port), "--key", creds.key,
+            "--password", creds.password, "--json", "--session", "cli-store"]
+    run = lambda *extra: subprocess.run([CLI, *args, *extra], capture_output=True, text=True,
+                                        timeout=60, env=CLI_ENV)
+    assert run("remember the blue door").returncode == 0
+    recalled = [json.loads(line) for line in run("recall").stdout.splitlines()]
+    assert recalled[0]["text"] == "you said the blue door"
+    forgot = [json.loads(line) for line in run("recall", "--no-store").stdout.splitlines()]
+    assert forgot[0]["text"] == "I remember nothing"
+
+
 def test_wrong_password_is_a_clear_message_and_nonzero_exit(creds):
     child = spawn("--host", "127.0.0.1", "--port", str(creds.port), "--key", creds.key,
                   "--password", "-", "hello")
@@ -103,7 +133,8 @@ def test_json_lines_for_scripts(creds):
     out = subprocess.run([CLI, "--json", "--host", "127.0.0.1", "--port", str(creds.port),
                           "--key", creds.key, "--password", creds.password,
                           "--session", "scripted"],
-                         input="count 2\nfail\n", capture_output=True, text=True, timeout=60)
+                         input="count 2\nfail\n", capture_output=True, text=True, timeout=60,
+                         env=CLI_ENV)
     events = [json.loads(line) for line in out.stdout.splitlines()]
     assert out.returncode == 0
     assert [(e["type"], e.get("text")) for e in events] == [
