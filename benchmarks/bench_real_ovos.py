@@ -16,6 +16,9 @@ messagebus (no HiveMind, no encryption), behaving as a satellite does: it report
 each sentence at once, carries the Session ovos-core sends back, and ends a turn where ovos-core
 does (`ovos.utterance.handled` of the utterance, or of the question for an answer).
 Target: ours <= 1.3 x baseline + 50 ms (medians).
+
+Then bursts: six new sessions greeting at once, with the agent's churn guard (default) and
+without it (`churn_guard: 0`), to show what the guard is for (docs/performance.md).
 """
 import argparse
 import os
@@ -106,9 +109,37 @@ def ours(agent, sid, utterance) -> float:
     return time.perf_counter() - start
 
 
+def burst(creds, guard: float, rounds: int):
+    """Six new sessions greeting at the same moment, `rounds` times."""
+    slowest, lost = [], 0
+    for r in range(rounds):
+        agent = HiveMindChatAgent(creds.agent_config(timeout=20, churn_guard=guard))
+        times = []
+
+        def greet(i):
+            nonlocal lost
+            start = time.perf_counter()
+            try:
+                if agent.get_response("hello world", session_id=f"burst-{guard}-{r}-{i}") \
+                        != "Hello world":
+                    lost += 1
+            except Exception:
+                lost += 1
+            times.append(time.perf_counter() - start)
+        threads = [threading.Thread(target=greet, args=(i,)) for i in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        agent.shutdown()
+        slowest.append(max(times))
+    return slowest, lost
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--burst-rounds", type=int, default=3)
     args = ap.parse_args()
     LOG.set_level("ERROR")
     print("starting the genuine OVOS hub (ovos-core, skills, hivemind-core 4.0.0)…", flush=True)
@@ -137,6 +168,7 @@ def main():
                               and m.context.get("bench_tag") == question)))
             ours(agent, "alarm", "set an alarm")
             answer["ours"].append(ours(agent, "alarm", "in five hours"))
+        bursts = {guard: burst(creds, guard, args.burst_rounds) for guard in (1.0, 0.0)}
         print(f"\n{args.rounds} rounds, interleaved; medians (max)\n")
         print(f"{'turn':<22}{'ours':>18}{'baseline (bus)':>20}{'limit 1.3x+50ms':>18}  result")
         ok = True
@@ -148,6 +180,11 @@ def main():
                   f"{b * 1000:>11.0f} ms ({max(data['base']) * 1000:>4.0f})"
                   f"{limit * 1000:>15.0f} ms  {'pass' if o <= limit else 'FAIL'}"
                   f"  ({o / b:.2f}x)")
+        print(f"\n{args.burst_rounds} bursts of 6 new sessions greeting at once (each burst a "
+              "new agent; its shutdown closes 6 connections at once)")
+        for guard, (slowest, lost) in bursts.items():
+            print(f"  churn_guard={guard:g}: slowest turn per burst "
+                  f"{', '.join(f'{t:.2f}' for t in slowest)} s; lost or timed out: {lost}")
         return 0 if ok else 1
     finally:
         if agent is not None:

@@ -406,6 +406,8 @@ class HubConnection:
         if routing.ignored:
             LOG.debug(f"ignoring reply: {routing.ignored}")
         if reply.kind is ReplyKind.SPEAK and not self.config.plays_audio:
+            if routing.events:
+                time.sleep(0)   # let the woken caller take the sentence before we encrypt
             self.report_audio_end(reply.turn_tag)
         if routing.aside is not None:
             self._on_aside(reply.session_id, routing.aside)
