@@ -6,9 +6,10 @@ from hivemind_chat_agent.errors import (AccessKeyRejectedError, AgentClosedError
                                         AuthenticationError, ConfigurationError,
                                         ConnectionLostError, HandshakeTimeoutError,
                                         HiveMindChatError, HubUnreachableError,
-                                        TurnTimeoutError, WrongPasswordError)
+                                        ReplyTooLargeError, TurnTimeoutError,
+                                        WrongPasswordError)
 
 __all__ = ["HiveMindChatAgent", "ChatAgentProtocol", "HiveMindChatError", "ConfigurationError",
            "HubUnreachableError", "AuthenticationError", "AccessKeyRejectedError",
            "WrongPasswordError", "HandshakeTimeoutError", "ConnectionLostError",
-           "TurnTimeoutError", "AgentClosedError"]
+           "TurnTimeoutError", "AgentClosedError", "ReplyTooLargeError"]

@@ -12,7 +12,8 @@ from ovos_utils.log import LOG
 from hivemind_chat_agent.config import ClientConfig
 from hivemind_chat_agent.connection import HubConnection, TurnHandle, preferred_ciphers
 from hivemind_chat_agent.errors import (AgentClosedError, ConnectionLostError,
-                                        HiveMindChatError, TurnTimeoutError)
+                                        HiveMindChatError, ReplyTooLargeError,
+                                        TurnTimeoutError)
 from hivemind_chat_agent.pool import ConnectionPool
 from hivemind_chat_agent.session_store import SessionStore
 from hivemind_chat_agent.sessions import SessionBook
@@ -181,6 +182,10 @@ class HiveMindChatAgent(ChatEngine):
                 f"the hub accepted the utterance but sent no answer within "
                 f"{self.settings.timeout:g} s; raise `timeout` or check that the hub's skills "
                 "or engine are running")
+        if state is TurnState.LOST and event.kind == "too_large":
+            raise ReplyTooLargeError(event.reason)
+        if state is TurnState.LOST and event.kind == "tampered":
+            raise ConnectionLostError(f"{event.reason}; the answer was not accepted")
         if state is TurnState.LOST:
             raise ConnectionLostError(
                 f"{event.reason}; the answer was lost. The next turn reconnects and the "

@@ -29,6 +29,7 @@ class ClientConfig:
     session_store_ttl: float = 30 * 86400   # a stored session older than this starts afresh
     plays_audio: bool = False       # True: the caller reports the end of playback itself
     churn_guard: float = 1.0        # a connect/close waits this long at most for turns in flight
+    max_frame_bytes: int = 1 << 20  # a larger frame from the hub closes the connection unread
 
     @property
     def url_host(self) -> str:
@@ -65,13 +66,16 @@ class ClientConfig:
             store_max = int(config.get("session_store_max", 1000))
             store_ttl = float(config.get("session_store_ttl", 30 * 86400))
             churn_guard = float(config.get("churn_guard", 1.0))
+            max_frame = int(config.get("max_frame_bytes", 1 << 20))
         except (TypeError, ValueError) as e:
             raise ConfigurationError(f"invalid number in agent config: {e}") from None
         if timeout <= 0 or connect_timeout <= 0 or max_connections < 1 or idle_timeout <= 0 \
-                or store_max < 1 or store_ttl <= 0 or churn_guard < 0:
+                or store_max < 1 or store_ttl <= 0 or churn_guard < 0 \
+                or max_frame < 4096:
             raise ConfigurationError("timeout, connect_timeout, idle_timeout and "
                                      "session_store_ttl must be > 0, max_connections and "
-                                     "session_store_max >= 1, churn_guard >= 0")
+                                     "session_store_max >= 1, churn_guard >= 0, "
+                                     "max_frame_bytes >= 4096")
         store = config.get("session_store")
         if store is not None and not isinstance(store, str):
             raise ConfigurationError("session_store must be a directory path (or absent)")
@@ -89,7 +93,7 @@ class ClientConfig:
                    default_session_id=default_sid, session_store=store or None,
                    session_store_max=store_max, session_store_ttl=store_ttl,
                    plays_audio=bool(config.get("plays_audio", False)),
-                   churn_guard=churn_guard)
+                   churn_guard=churn_guard, max_frame_bytes=max_frame)
 
 
 def default_session_id_for(access_key: str) -> str:

@@ -41,7 +41,8 @@ from hivemind_chat_agent.config import ClientConfig
 from hivemind_chat_agent.errors import (AccessKeyRejectedError, AuthenticationError,
                                         ConnectionLostError, HandshakeTimeoutError,
                                         HiveMindChatError, HubUnreachableError,
-                                        WrongPasswordError)
+                                        ReplyTooLargeError, WrongPasswordError)
+from hivemind_chat_agent.frames import Opened, Verdict, open_frame
 from hivemind_chat_agent.protocol_names import (AUDIO_OUTPUT_END_TYPE, TURN_TAG_KEY,
                                                 UTTERANCE_TYPE)
 from hivemind_chat_agent.replies import ReplyKind, parse_reply
@@ -106,11 +107,34 @@ class _Transport(HiveMessageBusClient):
     # The library's connect(), wait_for_handshake() and emit() are never called, so neither are
     # its connected/handshake events kept here: HubConnection tracks that state itself.
     def on_open(self, *_args):
+        self._bound_frames()
         self._owner._on_open()
+
+    def _bound_frames(self):
+        """Refuse a frame by its header, before reading it: websocket-client would otherwise
+        buffer any length the hub announces (a 50 MB frame cost 65-122 MB), and the same for
+        a message split into continuation frames."""
+        ws = self.client.sock
+        buffer, cont = getattr(ws, "frame_buffer", None), getattr(ws, "cont_frame", None)
+        if buffer is None or cont is None:
+            return
+        limit = self._owner.config.max_frame_bytes
+        read_length = buffer.recv_length
+
+        def bounded_length():
+            read_length()
+            pending = len(cont.cont_data[1]) if cont.cont_data else 0
+            if (buffer.length or 0) + pending > limit:
+                raise _FrameTooLarge(buffer.length + pending)
+        buffer.recv_length = bounded_length
 
     def on_error(self, *args):
         self.crypto_key = None
-        self._owner._on_socket_error(args[-1] if args else None)
+        error = args[-1] if args else None
+        if isinstance(error, _FrameTooLarge):
+            self._owner._on_untrusted(Opened(Verdict.TOO_LARGE, why=str(error)))
+            return
+        self._owner._on_socket_error(error)
 
     def on_close(self, *_args):
         self.crypto_key = None
@@ -118,10 +142,22 @@ class _Transport(HiveMessageBusClient):
 
     def on_message(self, *args):
         self._ack_now()
-        try:
-            super().on_message(*args)
-        except Exception as e:  # malformed, undecryptable or hostile frame: drop it, keep going
-            LOG.debug(f"ignoring undecodable frame from hub: {type(e).__name__}")
+        opened = open_frame(args[-1] if args else None, self.crypto_key, self.cipher,
+                            self.json_encoding, self._owner.config.max_frame_bytes)
+        if opened.verdict is Verdict.OK:
+            if opened.message.msg_type == HiveMessageType.BINARY:
+                return     # we asked for no binary payloads
+            try:
+                self._handle_hive_protocol(opened.message)
+            except Exception as e:  # a hostile message must not end the socket thread
+                LOG.debug(f"ignoring unusable message from hub: {type(e).__name__}")
+        elif opened.verdict is Verdict.DROP:
+            if self.crypto_key:
+                LOG.warning(f"dropped a frame from the hub: {opened.why}")
+            else:
+                LOG.debug(f"ignoring frame before the handshake: {opened.why}")
+        else:
+            self._owner._on_untrusted(opened)
 
     def _ack_now(self):
         """Acknowledge received data at once instead of after the ~40 ms delayed-ACK timer.
@@ -195,6 +231,11 @@ class _Transport(HiveMessageBusClient):
         self.client.prepared_socket = raw
         # pings notice a hub that vanished without closing the socket
         self.client.run_forever(ping_interval=20, ping_timeout=10)
+
+
+class _FrameTooLarge(Exception):
+    def __init__(self, size: int):
+        super().__init__(f"a frame of {size} bytes")
 
 
 class TurnHandle:
@@ -476,7 +517,27 @@ class HubConnection:
         self._done.set()
         self._transport.stop()
 
-    def _fail_turns(self, reason: str):
+    def _on_untrusted(self, opened: Opened):
+        """A frame we must not read past: the stream can no longer be trusted, close it."""
+        limit = self.config.max_frame_bytes
+        if opened.verdict is Verdict.TOO_LARGE:
+            reason = (f"the hub sent {opened.why}, over max_frame_bytes={limit}; the "
+                      "connection was closed without reading it. Raise max_frame_bytes if "
+                      "the hub's answers are really that long")
+        else:
+            reason = (f"a frame from the hub {opened.why.replace('frame ', '', 1)}: someone "
+                      "tampered with the connection (or the hub is broken), so it was closed "
+                      "and nothing more from it was read; use wss:// on untrusted networks")
+        LOG.warning(f"closing the connection to the hub: {reason}")
+        if not self._ready.is_set():
+            self._fail(ReplyTooLargeError(reason) if opened.verdict is Verdict.TOO_LARGE
+                       else HubUnreachableError(reason))
+            return
+        self._closed = True
+        self._fail_turns(reason, kind=opened.verdict.value)
+        self._transport.stop()
+
+    def _fail_turns(self, reason: str, kind: str = ""):
         with self._lock:
             for handle in self._handles.values():
-                handle.push(handle.turn.lose(reason))
+                handle.push(handle.turn.lose(reason, kind))

@@ -43,3 +43,7 @@ class TurnTimeoutError(HiveMindChatError):
 
 class AgentClosedError(HiveMindChatError):
     """The agent was shut down; it takes no more turns."""
+
+
+class ReplyTooLargeError(ConnectionLostError):
+    """The hub sent a frame over `max_frame_bytes`; the connection was closed unread."""

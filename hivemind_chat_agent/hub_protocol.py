@@ -23,13 +23,13 @@ from hivemind_plugin_manager.protocols import AgentProtocol, ClientCallbacks
 from ovos_bus_client.message import Message
 from ovos_bus_client.session import Session, SessionManager
 from ovos_plugin_manager.templates.agents import AgentMessage, ChatEngine, MessageRole
-from ovos_utils.fakebus import FakeBus
 from ovos_utils.log import LOG
 
 from hivemind_chat_agent.errors import ConfigurationError
 from hivemind_chat_agent.protocol_names import (HANDLED_TYPE, SPEAK_TYPE, UNMATCHED_TYPE,
                                                 UTTERANCE_TYPES)
-from hivemind_chat_agent.satellites import SatelliteSessions, engine_session_id
+from hivemind_chat_agent.agent_bus import AgentBus
+from hivemind_chat_agent.satellites import SatelliteSessions, engine_session_id, hub_secret
 from hivemind_chat_agent.serial_executor import KeyedSerialExecutor, QueueFull
 
 PLUGIN_NAME = "hivemind-chat-agent-plugin"
@@ -157,11 +157,12 @@ class ChatAgentProtocol(AgentProtocol):
 
     def __init__(self, config: Optional[Dict[str, Any]] = None, bus=None, hm_protocol=None,
                  callbacks: Optional[ClientCallbacks] = None, engine: Optional[ChatEngine] = None):
-        super().__init__(config=dict(config or {}), bus=bus or FakeBus(),
+        super().__init__(config=dict(config or {}), bus=bus or AgentBus(),
                          hm_protocol=hm_protocol, callbacks=callbacks or ClientCallbacks())
         if engine is not None:
             self.config.setdefault("engine", type(engine).__name__)
         self.settings = HubSettings.from_dict(self.config)
+        self._secret_value: Optional[bytes] = None
         self.engine = engine or load_engine(self.settings.engine, self.settings.engine_config)
         self.executor = KeyedSerialExecutor(self.settings.workers, self.settings.max_queue,
                                             self.settings.max_queue_per_session)
@@ -169,22 +170,36 @@ class ChatAgentProtocol(AgentProtocol):
         self._satellites_lock = Lock()      # IO loop (touch, disconnect, sweep) vs workers
         self._asides: Dict[str, "_Aside"] = {}   # engine session -> where its speech goes
         self._sweeping = False
+        watch_frames()
         for msg_type in UTTERANCE_TYPES:
             self.bus.on(msg_type, self._on_utterance)
         self.bus.on("hive.client.disconnect", self._on_disconnect)
+
+    @property
+    def _secret(self) -> bytes:
+        """Read (or created) on the first utterance, when the hub's XDG dirs are in place."""
+        if self._secret_value is None:
+            self._secret_value = hub_secret(_data_home())
+        return self._secret_value
 
     # ---- IO loop thread: keep it short ----
     def _on_utterance(self, message: Message) -> None:
         from tornado.ioloop import IOLoop
         peer = message.context.get("peer") or message.context.get("source")
         client = self.clients.get(peer)
+        if client is not None and not has_session_key(client):
+            LOG.warning(f"refusing an utterance from {peer}: it was not encrypted under the "
+                        "connection's key (the sender knows the access key, not the "
+                        "password); nothing is answered")
+            return
         utterance = _first_utterance(message.data)
         sat_session = message.context.get("session")
         if client is None or utterance is None or not isinstance(sat_session, dict):
             LOG.info(f"ignoring utterance without a connected satellite, text or session "
                      f"(peer {peer})")
             return
-        session_id = engine_session_id(client.key, str(sat_session.get("session_id")))
+        session_id = engine_session_id(self._secret, client.key,
+                                       str(sat_session.get("session_id")))
         loop = IOLoop.current()
         with self._satellites_lock:
             self.satellites.touch(session_id, peer, time.monotonic())
@@ -368,6 +383,55 @@ def send_encrypted(client, reply: Message) -> None:
     else:
         client.send_msg(encrypt_as_json(key=client.crypto_key, plaintext=message.serialize(),
                                         cipher=client.cipher, encoding=client.encoding), False)
+
+
+_ENCRYPTED_MARK = "_hivemind_chat_encrypted"
+
+
+def _data_home() -> str:
+    """The hub's XDG data dir, where hivemind-core keeps its client database too."""
+    import os
+    data = os.environ.get("XDG_DATA_HOME")
+    if not data or not os.path.isabs(data):
+        data = os.path.join(os.path.expanduser("~"), ".local", "share")
+    return data
+
+
+def has_session_key(client) -> bool:
+    """Did the frame being handled arrive as ciphertext that decrypted under the connection's
+    key (so its sender knows the password-derived or pre-shared secret)?
+
+    hivemind-core 4.0 decodes plain-text frames from any connection that presented a valid
+    access key, before or after a handshake, and never checks the password envelope: a
+    satellite that knows only the access key reaches the agent protocol. Core does not tell an
+    agent protocol how a message arrived, so `watch_frames()` marks each connection as its
+    frames are decoded. A connection we cannot tell about counts as unproven."""
+    return getattr(client, _ENCRYPTED_MARK, False) is True
+
+
+def watch_frames() -> None:
+    """Wrap hivemind-core 4.0's `HiveMindClientConnection.decode` (once per process) to mark
+    whether each decoded frame was ciphertext. Decoding runs on the hub's IO loop, which then
+    hands the message to the agent protocol synchronously, so the mark belongs to that very
+    message. Behaviour is otherwise unchanged. The upstream fix: reject plain-text frames once
+    a connection has a key (the TODO in `decode`) and verify the password envelope."""
+    try:
+        from hivemind_core.protocol import HiveMindClientConnection
+    except ImportError:
+        return
+    original = HiveMindClientConnection.decode
+    if getattr(original, "_hivemind_chat_watch", False):
+        return
+
+    def decode(self, payload, *args, **kwargs):
+        setattr(self, _ENCRYPTED_MARK, False)
+        message = original(self, payload, *args, **kwargs)   # raises on a failed decryption
+        setattr(self, _ENCRYPTED_MARK, bool(self.crypto_key) and (
+            isinstance(payload, bytes) or
+            (isinstance(payload, str) and "ciphertext" in payload)))
+        return message
+    decode._hivemind_chat_watch = True
+    HiveMindClientConnection.decode = decode
 
 
 def _first_utterance(data: Any) -> Optional[str]:

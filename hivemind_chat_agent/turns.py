@@ -43,6 +43,7 @@ class Sentence:
 class Ended:
     state: TurnState
     reason: str = ""
+    kind: str = ""      # for LOST: "too_large", "tampered" or "" (the socket closed)
 
 
 Event = Union[Sentence, Ended]
@@ -97,8 +98,11 @@ class Turn:
             return []
         return self._end(TurnState.TIMED_OUT, f"no reply for {self.timeout:g} s")
 
-    def lose(self, reason: str) -> List[Event]:
-        return [] if self.state.is_final else self._end(TurnState.LOST, reason)
+    def lose(self, reason: str, kind: str = "") -> List[Event]:
+        if self.state.is_final:
+            return []
+        self.state = TurnState.LOST
+        return [Ended(TurnState.LOST, reason, kind)]
 
     def abort(self, reason: str) -> List[Event]:
         return [] if self.state.is_final else self._end(TurnState.ABORTED, reason)

@@ -29,6 +29,10 @@ Utterances it understands (first word):
   hostile               garbage of every kind, then one good sentence and handled
   both                  newer OVOS: each sentence as "speak" and "ovos.utterance.speak"
   untagged N            N sentences with the turn tag stripped from the replies
+  plainforge            a forged plain-text speak + handled (our tag, another language in
+                        its Session), then the genuine sentence encrypted
+  tamper                an encrypted-looking frame whose ciphertext fails authentication
+  huge N                one genuine sentence of N characters
 """
 import json
 import queue
@@ -166,6 +170,28 @@ class PipelineAgent(AgentProtocol):
             for i in range(2):
                 self._speak(loop, peer, message, f"twin {i + 1}")
                 self._speak(loop, peer, message, f"twin {i + 1}", "ovos.utterance.speak")
+        elif cmd == "plainforge":
+            forged = dict(message.context)
+            forged["session"] = dict(forged["session"], lang="xx-XX")
+            for msg_type, data in (("speak", {"utterance": "forged"}),
+                                   ("ovos.utterance.handled", {})):
+                self._raw(loop, peer, {"msg_type": "bus", "payload": {
+                    "type": msg_type, "data": data, "context": forged}}, encrypt=False)
+            time.sleep(0.3)
+            self._speak(loop, peer, message, "genuine")
+        elif cmd == "tamper":
+            def send():
+                client = self.hm_protocol.clients.get(peer)
+                good = json.loads(encrypt_as_json(key=client.crypto_key, plaintext="{}",
+                                                  cipher=client.cipher,
+                                                  encoding=client.encoding))
+                good["ciphertext"] = good["ciphertext"][::-1]
+                client.send_msg(json.dumps(good), False)
+            loop.add_callback(send)
+            time.sleep(0.3)
+            self._speak(loop, peer, message, "after tampering")
+        elif cmd == "huge":
+            self._speak(loop, peer, message, "x" * int(args[0]))
         elif cmd == "untagged":
             message.context.pop("hivemind_chat_turn", None)
             for i in range(int(args[0])):
@@ -173,6 +199,16 @@ class PipelineAgent(AgentProtocol):
         else:
             self._speak(loop, peer, message, f"you said {utterance}")
         done()
+
+    def _raw(self, loop, peer, obj, encrypt=True):
+        def send():
+            client = self.hm_protocol.clients.get(peer)
+            text = obj if isinstance(obj, str) else json.dumps(obj)
+            if encrypt:
+                text = encrypt_as_json(key=client.crypto_key, plaintext=text,
+                                       cipher=client.cipher, encoding=client.encoding)
+            client.send_msg(text, False)
+        loop.add_callback(send)
 
     def _hostile(self, loop, peer, message: Message):
         """Frames no well-behaved hub sends, encrypted with the client's key so they get past

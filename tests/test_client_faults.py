@@ -201,3 +201,31 @@ def test_two_agents_with_the_same_credentials_and_session_do_not_collide(creds, 
     assert b.get_response("count 1", session_id="shared-kitchen") == "sentence 1"
     b.shutdown()
     assert a.get_response("hello", session_id="shared-kitchen") == "hello there"
+
+
+def test_a_forged_plain_text_answer_is_never_read(creds, make_agent):
+    """Injected bytes on a ws:// path: a plain-text speak + handled carrying our turn tag and a
+    Session in another language. The turn waits for the genuine, encrypted answer."""
+    from ovos_bus_client.session import SessionManager
+    agent = make_agent(creds.agent_config())
+    assert agent.get_response("plainforge", session_id="forge") == "genuine"
+    assert SessionManager.sessions["forge"].lang != "xx-XX"
+    assert agent.get_response("hello", session_id="forge") == "hello there"
+
+
+def test_a_frame_failing_authentication_ends_the_turn_as_lost(creds, make_agent):
+    agent = make_agent(creds.agent_config())
+    start = time.monotonic()
+    with pytest.raises(ConnectionLostError, match="tampered"):
+        agent.get_response("tamper", session_id="tamper")
+    assert time.monotonic() - start < 2
+    assert agent.get_response("hello", session_id="tamper") == "hello there"   # reconnects
+
+
+def test_an_oversized_reply_is_a_clear_error_and_is_never_buffered(creds, make_agent):
+    from hivemind_chat_agent import ReplyTooLargeError
+    agent = make_agent(creds.agent_config(max_frame_bytes=64_000))
+    assert len(agent.get_response("huge 20000", session_id="huge")) == 20000
+    with pytest.raises(ReplyTooLargeError, match="max_frame_bytes=64000"):
+        agent.get_response("huge 90000", session_id="huge")
+    assert agent.get_response("hello", session_id="huge") == "hello there"

@@ -13,7 +13,13 @@ from ovos_bus_client.session import Session
 from hubs import HubProcess
 from hivemind_chat_agent import ChatAgentProtocol, HiveMindChatAgent
 from hivemind_chat_agent.errors import ConfigurationError
-from hivemind_chat_agent.satellites import engine_session_id
+from hivemind_chat_agent.satellites import engine_session_id, hub_secret
+
+
+def session_on(hub, key, declared):
+    """The engine session id `hub` gives a satellite's declared session (its secret is on disk)."""
+    import os
+    return engine_session_id(hub_secret(os.path.join(hub.home, "data")), key, declared)
 
 
 def plugin_config(engine="engines:ScriptEngine", engine_config=None, **knobs):
@@ -144,8 +150,8 @@ def test_memory_is_per_satellite_even_with_the_same_declared_session(sat_a, sat_
     assert a.get_response("recall", session_id="hall") == "I remember nothing"
 
 
-def test_engine_session_id_is_stable_across_turns_and_reconnects(sat_a, sat_b):
-    expected = f"session {engine_session_id(sat_a.key, 'stable')}"
+def test_engine_session_id_is_stable_across_turns_and_reconnects(chat_hub, sat_a, sat_b):
+    expected = f"session {session_on(chat_hub, sat_a.key, 'stable')}"
     first = HiveMindChatAgent(sat_a.agent_config())
     assert first.get_response("whoami", session_id="stable") == expected
     assert first.get_response("whoami", session_id="stable") == expected
@@ -321,10 +327,10 @@ def test_relay_through_two_hubs_keeps_per_satellite_memory():
             assert run_satellite(c2, "home", "recall", "remember bob", "recall",
                                  "whoami") == ["I remember nothing", "I will remember that",
                                                "you said bob",
-                                               f"session {engine_session_id(c2.key, 'home')}"]
+                                               f"session {session_on(hub_b, c2.key, 'home')}"]
             assert s1.get_response("recall", session_id="home") == "you said ada"
             assert s1.get_response("whoami", session_id="home") == \
-                f"session {engine_session_id(c1.key, 'home')}"     # its own session upstream
+                f"session {session_on(hub_b, c1.key, 'home')}"     # its own session upstream
             assert s1.get_response("count 3", session_id="home") == \
                 "sentence 1\nsentence 2\nsentence 3"
             # speech between turns upstream (an alarm, a late answer) reaches the satellite
@@ -337,3 +343,41 @@ def test_relay_through_two_hubs_keeps_per_satellite_memory():
         if hub_b:
             hub_b.cleanup()
         hub_a.cleanup()
+
+
+def test_a_satellite_that_knows_only_the_access_key_gets_nothing(chat_hub):
+    """hivemind-core 4.0 reads plain-text frames and never checks the password envelope: a
+    connection that skips the handshake still reaches the agent protocol. We answer nothing."""
+    import base64
+    import json as _json
+    import websocket
+    creds = chat_hub.add_client(name="key-only")
+    auth = base64.b64encode(f"intruder:{creds.key}".encode()).decode()
+    ws = websocket.create_connection(f"ws://127.0.0.1:{creds.port}/?authorization={auth}",
+                                     timeout=5)
+    try:
+        for _ in range(2):                        # the hub's HELLO and HANDSHAKE
+            ws.recv()
+        session = {"session_id": "intruder"}
+        ws.send(_json.dumps({"msg_type": "hello", "payload": {"session": session}}))
+        ws.send(_json.dumps({"msg_type": "bus", "payload": {
+            "type": "recognizer_loop:utterance", "data": {"utterances": ["hello"]},
+            "context": {"session": session}}}))
+        ws.settimeout(2.0)
+        received = []
+        try:
+            while True:
+                received.append(ws.recv())
+        except websocket.WebSocketTimeoutException:
+            pass
+        assert received == []
+    finally:
+        ws.close()
+    import os
+    deadline = time.monotonic() + 5
+    line = ""
+    while not line and time.monotonic() < deadline:
+        with open(os.path.join(chat_hub.home, "state", "mycroft", "hivemind.log")) as f:
+            line = next((x for x in f if "refusing an utterance from intruder" in x), "")
+        time.sleep(0.1)
+    assert "WARNING" in line and creds.key not in line and creds.password not in line

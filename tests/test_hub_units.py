@@ -4,16 +4,25 @@ import time
 
 import pytest
 
-from hivemind_chat_agent.satellites import SatelliteSessions, engine_session_id
+from hivemind_chat_agent.satellites import SatelliteSessions, engine_session_id, hub_secret
 from hivemind_chat_agent.serial_executor import KeyedSerialExecutor, QueueFull
 
 
-def test_engine_session_ids_are_namespaced_stable_and_keyless():
-    a = engine_session_id("key-a", "kitchen")
-    assert a == engine_session_id("key-a", "kitchen")
-    assert a != engine_session_id("key-b", "kitchen")
-    assert a != engine_session_id("key-a", "hall")
-    assert "key-a" not in a and a.endswith("-kitchen")
+def test_engine_session_ids_are_namespaced_stable_keyless_and_unguessable(tmp_path):
+    import os
+    secret = hub_secret(str(tmp_path))
+    assert secret == hub_secret(str(tmp_path)) and len(secret) >= 32     # kept across restarts
+    path = tmp_path / "hivemind-chat-agent" / "hub-secret"
+    assert oct(os.stat(path).st_mode & 0o777) == "0o600"
+    a = engine_session_id(secret, "key-a", "kitchen")
+    assert a == engine_session_id(secret, "key-a", "kitchen")
+    assert a != engine_session_id(secret, "key-b", "kitchen")
+    assert a != engine_session_id(secret, "key-a", "hall")
+    assert "key-a" not in a
+    other_hub = engine_session_id(b"x" * 32, "key-a", "kitchen")
+    assert other_hub != a             # without this hub's secret, nobody can compute it
+    import hashlib
+    assert hashlib.sha256(b"hivemind-chat-sat:key-a").hexdigest()[:10] not in a
 
 
 def test_sessions_expire_after_ttl_and_on_last_disconnect():
@@ -98,3 +107,26 @@ def test_protocol_repr_never_shows_a_relays_upstream_credentials():
         assert "UPSTREAM-KEY-123" not in text and "UPSTREAM-PASSWORD-456" not in text
     finally:
         proto.shutdown()
+
+
+def test_the_agent_bus_never_writes_sessions():
+    """FakeBus stored every emitted message's Session under the satellite's declared id: a
+    satellite could overwrite another's engine Session. The plugin's bus does nothing of that."""
+    from ovos_bus_client.message import Message
+    from ovos_bus_client.session import SessionManager
+    from hivemind_chat_agent import ChatAgentProtocol
+    from engines import ScriptEngine
+    protocol = ChatAgentProtocol(config={"engine": "engines:ScriptEngine"},
+                                 engine=ScriptEngine())
+    try:
+        seen = []
+        protocol.bus.on("some.topic", seen.append)
+        SessionManager.sessions.pop("sat-victim-home", None)
+        protocol.bus.emit(Message("some.topic", {}, {"session": {"session_id": "sat-victim-home",
+                                                                 "lang": "xx-XX"}}))
+        protocol.bus.emit(Message("recognizer_loop:utterance", {"utterances": ["x"]},
+                                  {"session": {"session_id": "sat-victim-home"}}))
+        assert len(seen) == 1
+        assert "sat-victim-home" not in SessionManager.sessions
+    finally:
+        protocol.shutdown()
