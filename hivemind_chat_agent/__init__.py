@@ -5,11 +5,13 @@ from hivemind_chat_agent.hub_protocol import ChatAgentProtocol
 from hivemind_chat_agent.errors import (AccessKeyRejectedError, AgentClosedError,
                                         AuthenticationError, ConfigurationError,
                                         ConnectionLostError, HandshakeTimeoutError,
-                                        HiveMindChatError, HubUnreachableError,
+                                        HiveMindChatError, HubBusyError, HubEngineError,
+                                        HubUnreachableError,
                                         ReplyTooLargeError, TurnTimeoutError,
                                         WrongPasswordError)
 
 __all__ = ["HiveMindChatAgent", "ChatAgentProtocol", "HiveMindChatError", "ConfigurationError",
            "HubUnreachableError", "AuthenticationError", "AccessKeyRejectedError",
            "WrongPasswordError", "HandshakeTimeoutError", "ConnectionLostError",
-           "TurnTimeoutError", "AgentClosedError", "ReplyTooLargeError"]
+           "TurnTimeoutError", "AgentClosedError", "ReplyTooLargeError",
+           "HubBusyError", "HubEngineError"]

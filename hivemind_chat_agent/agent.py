@@ -12,8 +12,8 @@ from ovos_utils.log import LOG
 from hivemind_chat_agent.config import ClientConfig
 from hivemind_chat_agent.connection import HubConnection, TurnHandle, preferred_ciphers
 from hivemind_chat_agent.errors import (AgentClosedError, ConnectionLostError,
-                                        HiveMindChatError, ReplyTooLargeError,
-                                        TurnTimeoutError)
+                                        HiveMindChatError, HubBusyError, HubEngineError,
+                                        ReplyTooLargeError, TurnTimeoutError)
 from hivemind_chat_agent.pool import ConnectionPool
 from hivemind_chat_agent.session_store import SessionStore
 from hivemind_chat_agent.sessions import SessionBook
@@ -168,6 +168,11 @@ class HiveMindChatAgent(ChatEngine):
     def _outcome(self, event: Ended, handle: TurnHandle) -> bool:
         """True when the connection is still in step with the hub; raises for failed turns."""
         state = event.state
+        if state is TurnState.UNMATCHED and event.kind == "busy":
+            raise HubBusyError(f"the hub is busy ({event.reason}); try again in a moment")
+        if state is TurnState.UNMATCHED and event.kind in ("engine_error", "timeout"):
+            raise HubEngineError(f"the hub's chat engine failed on this turn ({event.reason}); "
+                                 "the hub's log has the details")
         if state.in_step:
             if state is not TurnState.HANDLED:
                 LOG.debug(f"turn ended: {event.reason}")

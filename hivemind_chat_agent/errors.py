@@ -47,3 +47,11 @@ class AgentClosedError(HiveMindChatError):
 
 class ReplyTooLargeError(ConnectionLostError):
     """The hub sent a frame over `max_frame_bytes`; the connection was closed unread."""
+
+
+class HubBusyError(HiveMindChatError):
+    """The hub refused the turn: its queue for this client or session is full."""
+
+
+class HubEngineError(HiveMindChatError):
+    """The hub's chat engine failed or went silent on this turn."""

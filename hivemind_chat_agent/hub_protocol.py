@@ -130,15 +130,18 @@ class _HubTurn:
                 "meta": {"skill": PLUGIN_NAME}}))
         return True
 
-    def finish(self, failed: bool, why: str = "") -> bool:
+    def finish(self, failed: bool, why: str = "", reason: str = "") -> bool:
+        """End the turn once. A failure carries `reason` (see FAILURE_REASONS) and `why` in
+        its data, so the satellite can tell "busy" or "broken" from "nothing understood"."""
         with self._lock:
             if self.finished:
                 return False
             self.finished = True
             if failed:
-                self.protocol.deliver(self, self.reply(UNMATCHED_TYPE, {}))
+                self.protocol.deliver(self, self.reply(UNMATCHED_TYPE, {
+                    "reason": reason or "not_understood", "message": why}))
             self.protocol.deliver(self, self.reply(HANDLED_TYPE, {}))
-        if failed and why:
+        if failed and why and reason not in ("", "not_understood"):
             LOG.warning(f"answering {self.peer} with a failure: {why}")
         return True
 
@@ -192,12 +195,14 @@ class ChatAgentProtocol(AgentProtocol):
                         "connection's key (the sender knows the access key, not the "
                         "password); nothing is answered")
             return
+        if client is None:
+            LOG.info(f"ignoring an utterance from {peer}: no such satellite is connected")
+            return
         utterance = _first_utterance(message.data)
         sat_session = message.context.get("session")
-        if client is None or utterance is None or not isinstance(sat_session, dict):
-            LOG.info(f"ignoring utterance without a connected satellite, text or session "
-                     f"(peer {peer})")
-            return
+        if not isinstance(sat_session, dict) or not isinstance(sat_session.get("session_id"),
+                                                                str):
+            sat_session = {"session_id": "default"}
         session_id = engine_session_id(self._secret, client.key,
                                        str(sat_session.get("session_id")))
         loop = IOLoop.current()
@@ -206,12 +211,15 @@ class ChatAgentProtocol(AgentProtocol):
         if not self._sweeping:
             self._sweeping = True
             loop.call_later(self._sweep_interval, self._sweep, loop)
-        turn = _HubTurn(self, message, peer, loop, utterance, sat_session, session_id)
+        turn = _HubTurn(self, message, peer, loop, utterance or "", sat_session, session_id)
+        if not (utterance or "").strip():   # still a turn: it gets its end, never silence
+            turn.finish(failed=True, why="the utterance has no text", reason="no_text")
+            return
         turn.job = lambda: self._run(turn)
         try:
             self.executor.submit(session_id, turn.job)
         except QueueFull as e:
-            turn.finish(failed=True, why=f"hub busy ({e})")
+            turn.finish(failed=True, why=f"hub busy ({e})", reason="busy")
             return
         self._watch(turn)
 
@@ -223,7 +231,7 @@ class ChatAgentProtocol(AgentProtocol):
         if remaining > 0:
             turn.loop.call_later(remaining, self._watch, turn)
         elif turn.finish(failed=True, why=f"engine gave no sentence for "
-                                          f"{self.settings.timeout:g} s"):
+                                          f"{self.settings.timeout:g} s", reason="timeout"):
             self.executor.cancel(turn.session_id, turn.job)   # if it never started
 
     @property
@@ -330,9 +338,12 @@ class ChatAgentProtocol(AgentProtocol):
                 if isinstance(sentence, str) and sentence.strip() and not turn.speak(sentence):
                     return         # timed out meanwhile: the satellite already has its answer
         except Exception as e:
-            turn.finish(failed=True, why=f"engine raised {type(e).__name__}: {e}")
+            turn.finish(failed=True, why=f"engine raised {type(e).__name__}",
+                        reason="engine_error")
+            LOG.warning(f"engine raised {type(e).__name__}: {e}")
             return
-        turn.finish(failed=turn.spoke == 0, why="engine gave an empty answer")
+        turn.finish(failed=turn.spoke == 0, why="the engine had no answer",
+                    reason="not_understood")
 
     def session_for_reply(self, turn: _HubTurn) -> Dict[str, Any]:
         """The satellite's Session as the engine left it (a relay engine refreshes it from the
@@ -379,10 +390,44 @@ def send_encrypted(client, reply: Message) -> None:
                             plaintext=get_bitstring(hive_type=message.msg_type, payload=reply,
                                                     hivemeta=message.metadata,
                                                     binary_type=message.bin_type).bytes)
-        client.send_msg(frame, True)
+        write_frame(client, frame, True)
     else:
-        client.send_msg(encrypt_as_json(key=client.crypto_key, plaintext=message.serialize(),
-                                        cipher=client.cipher, encoding=client.encoding), False)
+        write_frame(client, encrypt_as_json(key=client.crypto_key, plaintext=message.serialize(),
+                                            cipher=client.cipher, encoding=client.encoding),
+                    False)
+
+
+def write_frame(client, frame, binary: bool) -> None:
+    """Write through the connection's tornado handler and consume the write's outcome.
+
+    hivemind-core's `send_msg` drops the Future of `write_message`; when the satellite's socket
+    closes while a frame is in flight, that Future fails and asyncio later logs "Task exception
+    was never retrieved" with a traceback, once per frame. The handler is the one `send_msg`
+    closes over (hivemind-websocket-protocol); without it, `send_msg` is used as is."""
+    handler = _socket_handler(client)
+    if handler is None:
+        client.send_msg(frame, binary)
+        return
+    future = handler.write_message(frame, binary)
+    if future is not None and hasattr(future, "add_done_callback"):
+        future.add_done_callback(_consume_write)
+
+
+def _socket_handler(client):
+    for cell in getattr(getattr(client, "send_msg", None), "__closure__", None) or ():
+        try:
+            candidate = cell.cell_contents
+        except ValueError:     # an empty cell
+            continue
+        if callable(getattr(candidate, "write_message", None)):
+            return candidate
+    return None
+
+
+def _consume_write(future) -> None:
+    if not future.cancelled() and future.exception() is not None:
+        LOG.debug(f"a reply was not delivered: the satellite's socket closed "
+                  f"({type(future.exception()).__name__})")
 
 
 _ENCRYPTED_MARK = "_hivemind_chat_encrypted"

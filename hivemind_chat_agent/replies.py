@@ -35,6 +35,8 @@ class Reply:
     utterance: str = ""
     expect_response: bool = False           # a skill asked a question and waits for the answer
     skill_id: str = ""                      # the asking skill, for QUESTION_OPEN / ANSWER_TAKEN
+    reason: str = ""                        # UNMATCHED: why, when the hub says (busy, ...)
+    detail: str = ""                        # UNMATCHED: the hub's words for it
 
 
 def parse_reply(msg_type: Any, data: Any, context: Any) -> Tuple[Optional[Reply], str]:
@@ -70,7 +72,10 @@ def parse_reply(msg_type: Any, data: Any, context: Any) -> Tuple[Optional[Reply]
     if msg_type in HANDLED_TYPES:
         kind = ReplyKind.HANDLED
     elif msg_type in UNMATCHED_TYPES:
-        kind = ReplyKind.UNMATCHED
+        reason, detail = data.get("reason"), data.get("message")
+        return Reply(ReplyKind.UNMATCHED, msg_type, session_id, session, tag,
+                     reason=reason[:40] if isinstance(reason, str) else "",
+                     detail=detail[:300] if isinstance(detail, str) else ""), ""
     elif msg_type in CANCELLED_TYPES:
         kind = ReplyKind.CANCELLED
     elif msg_type == QUESTION_OPEN_TYPE:

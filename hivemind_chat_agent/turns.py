@@ -43,7 +43,8 @@ class Sentence:
 class Ended:
     state: TurnState
     reason: str = ""
-    kind: str = ""      # for LOST: "too_large", "tampered" or "" (the socket closed)
+    kind: str = ""      # LOST: "too_large", "tampered" or "" (the socket closed);
+    # UNMATCHED: the hub's reason ("busy", "engine_error", "timeout", "not_understood", "")
 
 
 Event = Union[Sentence, Ended]
@@ -85,7 +86,10 @@ class Turn:
                 events += self._end(TurnState.ASKED, "the hub waits for the user's answer")
             return events
         if reply.kind is ReplyKind.UNMATCHED:
-            return self._end(TurnState.UNMATCHED, "the hub found no skill for this utterance")
+            self.state = TurnState.UNMATCHED
+            return [Ended(TurnState.UNMATCHED,
+                          reply.detail or "the hub found no skill for this utterance",
+                          reply.reason)]
         if reply.kind is ReplyKind.CANCELLED:
             return self._end(TurnState.CANCELLED, "the hub cancelled this utterance")
         return []

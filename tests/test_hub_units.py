@@ -130,3 +130,46 @@ def test_the_agent_bus_never_writes_sessions():
         assert "sat-victim-home" not in SessionManager.sessions
     finally:
         protocol.shutdown()
+
+
+def test_failed_writes_to_a_vanished_satellite_are_consumed():
+    """tornado's write_message returns a Task that fails when the socket closed meanwhile;
+    hivemind-core drops it and asyncio reports it at garbage collection. Ours is consumed."""
+    import asyncio
+    import gc
+    import logging
+    from hivemind_chat_agent.hub_protocol import write_frame
+
+    class Handler:
+        def write_message(self, frame, binary):
+            async def fail():
+                raise ConnectionResetError("socket closed")
+            return asyncio.ensure_future(fail())
+
+    handler = Handler()
+
+    class Client:
+        def __init__(self):
+            def do_send(payload, is_bin):    # hivemind-websocket-protocol's closure shape
+                handler.write_message(payload, is_bin)
+            self.send_msg = do_send
+
+    reports = []
+
+    class Catch(logging.Handler):
+        def emit(self, record):
+            reports.append(record.getMessage())
+    catcher = Catch()
+    logging.getLogger("asyncio").addHandler(catcher)
+    loop = asyncio.new_event_loop()
+    try:
+        async def run():
+            write_frame(Client(), "frame", False)
+            await asyncio.sleep(0.05)
+        loop.run_until_complete(run())
+        gc.collect()
+        loop.run_until_complete(asyncio.sleep(0))
+    finally:
+        loop.close()
+        logging.getLogger("asyncio").removeHandler(catcher)
+    assert not any("never retrieved" in r for r in reports), reports
