@@ -102,6 +102,8 @@ class _Transport(HiveMessageBusClient):
 
     def __init__(self, owner: "HubConnection", **kwargs):
         self._owner = owner
+        self._pending_raw: Optional[socket.socket] = None
+        self._stopped = False
         super().__init__(**kwargs)
 
     # The library's connect(), wait_for_handshake() and emit() are never called, so neither are
@@ -172,6 +174,23 @@ class _Transport(HiveMessageBusClient):
             except OSError:
                 pass
 
+    @staticmethod
+    def _tls(raw, cfg):
+        """TLS over the connected socket. A plain-text hub never answers a ClientHello (its
+        HTTP parser waits for the end of a request line), so the handshake gets a short bound
+        of its own and a failure says what it means."""
+        context = ssl.create_default_context()
+        if cfg.self_signed:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        raw.settimeout(min(cfg.connect_timeout, TLS_HANDSHAKE_TIMEOUT))
+        try:
+            return context.wrap_socket(raw, server_hostname=cfg.host)
+        except (ssl.SSLError, socket.timeout, OSError) as e:
+            raise _TLSFailed(f"the TLS handshake with {cfg.host}:{cfg.port} failed "
+                             f"({type(e).__name__}): is the hub serving TLS? Use ws:// for a "
+                             "plain hub, wss:// only for one with a certificate") from None
+
     def _handle_hive_protocol(self, message: HiveMessage):
         self._owner._on_hive_message(message)
 
@@ -197,6 +216,13 @@ class _Transport(HiveMessageBusClient):
         for up to its ping timeout; shutting the socket down wakes it at once."""
         app = self.client
         app.keep_running = False
+        self._stopped = True
+        pending = self._pending_raw   # a TCP/TLS connect still in progress
+        if pending is not None:
+            try:
+                pending.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
         ws = app.sock
         raw = getattr(ws, "sock", None)
         if raw is None:
@@ -210,27 +236,60 @@ class _Transport(HiveMessageBusClient):
         except OSError:
             pass
 
+    def release(self):
+        """Close the socket's file descriptor now (after stop() and the thread's end), instead
+        of whenever the garbage collector gets to it."""
+        ws = self.client.sock
+        if ws is not None:
+            try:
+                ws.shutdown()      # closes the socket at once (close() would wait for the hub)
+            except Exception:
+                pass
+        raw = getattr(ws, "sock", None) or self.client.prepared_socket
+        if raw is not None:
+            try:
+                raw.close()
+            except OSError:
+                pass
+        self.client.prepared_socket = None
+
     def run_forever(self):
         """Open the TCP (and TLS) connection ourselves, bounded by connect_timeout: websocket-
         client has no connect timeout, so a filtered address would hold this thread for minutes,
         past shutdown()."""
         cfg = self._owner.config
+        raw = None
         try:
-            raw = socket.create_connection((cfg.host, cfg.port), timeout=cfg.connect_timeout)
+            family, kind, proto, _, address = socket.getaddrinfo(
+                cfg.host, cfg.port, type=socket.SOCK_STREAM)[0]
+            raw = socket.socket(family, kind, proto)
+            self._pending_raw = raw          # stop() can reach it while it connects
+            raw.settimeout(cfg.connect_timeout)
+            raw.connect(address)
             raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if cfg.secure:
-                context = ssl.create_default_context()
-                if cfg.self_signed:
-                    context.check_hostname = False
-                    context.verify_mode = ssl.CERT_NONE
-                raw = context.wrap_socket(raw, server_hostname=cfg.host)
+                raw = self._tls(raw, cfg)
             raw.settimeout(None)
-        except Exception as e:   # refused, unreachable, timed out, TLS failure
+        except Exception as e:   # refused, unreachable, timed out, TLS failure, stopped
+            if raw is not None:
+                raw.close()
+            self._pending_raw = None
             self.on_error(self.client, e)
+            return
+        self._pending_raw = None
+        if self._stopped:                  # stopped while connecting
+            raw.close()
             return
         self.client.prepared_socket = raw
         # pings notice a hub that vanished without closing the socket
         self.client.run_forever(ping_interval=20, ping_timeout=10)
+
+
+TLS_HANDSHAKE_TIMEOUT = 2.0   # seconds; a TLS hub on a LAN answers in milliseconds
+
+
+class _TLSFailed(Exception):
+    pass
 
 
 class _FrameTooLarge(Exception):
@@ -320,6 +379,8 @@ class HubConnection:
         if self._error is not None:
             self.close()
             raise self._error
+        if self._closed:
+            raise ConnectionLostError("the connection was closed while it was being opened")
         return self
 
     @property
@@ -334,6 +395,11 @@ class HubConnection:
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=2)
+        self._transport.release()
+
+    def abort_connect(self, error: HiveMindChatError) -> None:
+        """From another thread: end a connect() in progress now, raising `error` there."""
+        self._fail(error)
 
     # ---- turns (caller's thread) ----
     def start_turn(self, session: Session, utterance: str, tag: str,
@@ -470,6 +536,9 @@ class HubConnection:
             LOG.debug(f"could not report audio end: {e}")
 
     def _on_socket_error(self, error: Any):
+        if isinstance(error, _TLSFailed):
+            self._fail(HubUnreachableError(str(error)))
+            return
         if isinstance(error, (socket.timeout, TimeoutError)) and not self._opened:
             self._fail(HubUnreachableError(
                 f"no HiveMind hub answered at {self.config.url_host}:{self.config.port} within "

@@ -6,7 +6,7 @@ which the next connection sends in its HELLO and with every utterance.
 import threading
 import time
 from collections import OrderedDict
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Set
 
 from ovos_bus_client.session import Session
 from ovos_utils.log import LOG
@@ -27,6 +27,7 @@ class ConnectionPool:
         self._lock = threading.Lock()
         self._conns: "OrderedDict[str, HubConnection]" = OrderedDict()
         self._pinned: Dict[str, int] = {}   # sessions whose idle connection must stay open
+        self._connecting: Set[HubConnection] = set()
         self._closed = False
         self._stop = threading.Event()
         self._reaper: Optional[threading.Thread] = None
@@ -50,7 +51,15 @@ class ConnectionPool:
         with self.gate.change():
             if conn is not None:
                 conn.close()
-            conn = self._factory(self.config, session).connect()
+            conn = self._factory(self.config, session)
+            with self._lock:
+                self._check_open()
+                self._connecting.add(conn)      # so close_all() can end the connect at once
+            try:
+                conn.connect()
+            finally:
+                with self._lock:
+                    self._connecting.discard(conn)
         with self._lock:
             if self._closed:
                 conn.close()
@@ -117,7 +126,10 @@ class ConnectionPool:
             self._closed = True
             conns = list(self._conns.values())
             self._conns.clear()
+            connecting = list(self._connecting)
             reaper, self._reaper = self._reaper, None
+        for conn in connecting:
+            conn.abort_connect(AgentClosedError("the agent was shut down while connecting"))
         self._stop.set()
         for conn in conns:
             conn.close()

@@ -229,3 +229,59 @@ def test_an_oversized_reply_is_a_clear_error_and_is_never_buffered(creds, make_a
     with pytest.raises(ReplyTooLargeError, match="max_frame_bytes=64000"):
         agent.get_response("huge 90000", session_id="huge")
     assert agent.get_response("hello", session_id="huge") == "hello there"
+
+
+def open_fds():
+    import os
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_sockets_are_closed_at_once_not_at_garbage_collection(creds):
+    import gc
+    gc.disable()                           # what is left open must not depend on the GC
+    try:
+        before = open_fds()
+        agent = HiveMindChatAgent(creds.agent_config(max_connections=4))
+        for i in range(12):                # 8 evictions on the way
+            assert agent.get_response("hello", session_id=f"fd-{i}") == "hello there"
+        assert open_fds() - before <= 4 + 4     # the 4 live sockets, a little slack
+        agent.shutdown()
+        assert open_fds() <= before + 1, (before, open_fds())
+    finally:
+        gc.enable()
+
+
+def test_shutdown_ends_a_connect_in_progress_at_once(make_agent):
+    """A hub that accepts TCP and then never answers: the connect would take connect_timeout."""
+    import socket
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    port = srv.getsockname()[1]
+    agent = HiveMindChatAgent({"host": "127.0.0.1", "port": port, "key": "k", "password": "p",
+                               "connect_timeout": 10})
+    outcome = {}
+
+    def turn():
+        start = time.monotonic()
+        try:
+            agent.get_response("hello", session_id="connecting")
+        except Exception as e:
+            outcome["error"] = e
+        outcome["took"] = time.monotonic() - start
+    t = threading.Thread(target=turn)
+    t.start()
+    time.sleep(0.5)
+    agent.shutdown()
+    t.join(5)
+    srv.close()
+    assert isinstance(outcome.get("error"), AgentClosedError), outcome
+    assert outcome["took"] < 1.5
+
+
+def test_wss_to_a_plain_hub_says_so_fast(hub, creds, make_agent):
+    agent = make_agent(creds.agent_config(host="wss://127.0.0.1", connect_timeout=10))
+    start = time.monotonic()
+    with pytest.raises(HubUnreachableError, match="is the hub serving TLS"):
+        agent.get_response("hello", session_id="tls")
+    assert time.monotonic() - start < 3
