@@ -5,6 +5,7 @@
     hivemind-chat demo ["my name is Ada"]    the same against a throw-away hub on 127.0.0.1
 """
 import argparse
+import contextlib
 import getpass
 import json
 import os
@@ -13,6 +14,7 @@ import threading
 import time
 from typing import Optional
 
+from hivemind_chat_agent import background
 from hivemind_chat_agent.errors import ConfigurationError, HiveMindChatError
 
 HELP_COMMANDS = """commands:
@@ -110,7 +112,7 @@ class Spinner:
     def __enter__(self):
         if self.enabled:
             self._thread = threading.Thread(target=self._spin, daemon=True)
-            self._thread.start()
+            background.start(self._thread)
         return self
 
     def stop(self):
@@ -172,7 +174,7 @@ class Chat:
     def turn(self, utterance: str) -> None:
         from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
         start, count = time.monotonic(), 0
-        with Spinner(self.out.tty) as spinner:
+        with _keep_typeahead(self.out.tty), Spinner(self.out.tty) as spinner:
             for sentence in self.agent.stream_sentences(
                     [AgentMessage(MessageRole.USER, utterance)], session_id=self.session,
                     lang=self.lang):
@@ -236,6 +238,30 @@ class Chat:
             history()
 
 
+@contextlib.contextmanager
+def _keep_typeahead(enabled: bool):
+    """While an answer arrives, keep what the user types (a Ctrl-D to leave, the next question)
+    as plain bytes for the next prompt. In the terminal's canonical mode a Ctrl-D typed now
+    becomes an end-of-file event that is lost when readline switches modes at the prompt."""
+    if not enabled:
+        yield
+        return
+    try:
+        import termios
+        fd = sys.stdin.fileno()
+        saved = termios.tcgetattr(fd)
+        raw = termios.tcgetattr(fd)
+        raw[3] &= ~termios.ICANON                 # lflags; ISIG stays: Ctrl-C still works
+        termios.tcsetattr(fd, termios.TCSANOW, raw)
+    except (ImportError, OSError, ValueError):
+        yield
+        return
+    try:
+        yield
+    finally:
+        termios.tcsetattr(fd, termios.TCSANOW, saved)
+
+
 def _enable_line_editing():
     """readline gives line editing and history; returns the function that saves history."""
     try:
@@ -280,6 +306,7 @@ def _quiet_logs(verbose: bool):
 
 def run_chat(agent, args, out: Output) -> int:
     chat = Chat(agent, out, args.session, args.lang)
+    background.unblock_signals()     # every thread of ours is started: from now on, ours
     if args.utterance:
         try:
             chat.turn(" ".join(args.utterance))
@@ -323,6 +350,9 @@ def main(argv=None) -> int:
         argv = argv[1:]
     args = build_parser().parse_args(argv)
     out = Output(args.json)
+    # Ctrl-C belongs to this thread: the libraries start threads while they load (config
+    # watchers, the demo hub) and those inherit this mask; see background.py for why.
+    background.block_signals()
     _quiet_logs(args.verbose)
     try:
         if demo:

@@ -37,6 +37,7 @@ from ovos_bus_client.session import Session, SessionManager
 from ovos_utils.log import LOG
 from poorman_handshake import PasswordHandShake
 
+from hivemind_chat_agent import background
 from hivemind_chat_agent.config import ClientConfig
 from hivemind_chat_agent.errors import (AccessKeyRejectedError, AuthenticationError,
                                         ConnectionLostError, HandshakeTimeoutError,
@@ -363,7 +364,7 @@ class HubConnection:
         """Open the socket and finish the password handshake, or raise a typed error."""
         self._thread = threading.Thread(target=self._transport.run_forever, daemon=True,
                                         name=f"hivemind-chat-{self.session_id}")
-        self._thread.start()
+        background.start(self._thread)
         if not self._done.wait(self.config.connect_timeout):
             opened = self._opened
             self.close()

@@ -21,6 +21,8 @@ from typing import Dict, List, Optional
 
 from ovos_utils.log import LOG
 
+from hivemind_chat_agent import background
+
 XDG_DIRS = {"XDG_CONFIG_HOME": "config", "XDG_DATA_HOME": "data",
             "XDG_CACHE_HOME": "cache", "XDG_STATE_HOME": "state"}
 
@@ -106,7 +108,7 @@ class LocalHub:
         ready = threading.Event()
         self._thread = threading.Thread(target=self._serve, args=(sockets, ready),
                                         daemon=True, name=f"hivemind-hub-{self.port}")
-        self._thread.start()
+        background.start(self._thread)
         ready.wait(10)
         LOG.info(f"local hivemind-core hub listening on ws://{self.host}:{self.port}")
         return self

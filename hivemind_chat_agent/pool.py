@@ -11,6 +11,7 @@ from typing import Callable, Dict, List, Optional, Set
 from ovos_bus_client.session import Session
 from ovos_utils.log import LOG
 
+from hivemind_chat_agent import background
 from hivemind_chat_agent.churn_gate import ChurnGate
 from hivemind_chat_agent.config import ClientConfig
 from hivemind_chat_agent.connection import HubConnection
@@ -161,7 +162,7 @@ class ConnectionPool:
         if self._reaper is None:
             self._reaper = threading.Thread(target=self._reap_loop, daemon=True,
                                             name="hivemind-chat-reaper")
-            self._reaper.start()
+            background.start(self._reaper)
 
     def _reap_loop(self):
         interval = max(0.05, min(self.config.idle_timeout / 2, 30.0))

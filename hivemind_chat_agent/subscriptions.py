@@ -12,6 +12,8 @@ from typing import Callable, Deque, Dict, List, Optional
 
 from ovos_utils.log import LOG
 
+from hivemind_chat_agent import background
+
 MAX_PENDING = 1000   # sentences kept for an iterator that is not being read; oldest dropped
 
 
@@ -29,7 +31,7 @@ class Subscription:
         if callback is not None:
             self._thread = threading.Thread(target=self._run_callbacks, daemon=True,
                                             name=f"hivemind-chat-sub-{session_id}")
-            self._thread.start()
+            background.start(self._thread)
 
     @property
     def closed(self) -> bool:
