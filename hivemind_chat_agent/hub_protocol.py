@@ -12,6 +12,7 @@ the satellite session it belongs to, while the satellite is connected.
 """
 import importlib
 import time
+import uuid
 from dataclasses import dataclass, field
 from threading import Lock
 from typing import Any, Dict, Optional
@@ -207,7 +208,8 @@ class ChatAgentProtocol(AgentProtocol):
                                        str(sat_session.get("session_id")))
         loop = IOLoop.current()
         with self._satellites_lock:
-            self.satellites.touch(session_id, peer, time.monotonic())
+            self.satellites.touch(session_id, connection_token(client), peer,
+                                  time.monotonic())
         if not self._sweeping:
             self._sweeping = True
             loop.call_later(self._sweep_interval, self._sweep, loop)
@@ -431,6 +433,16 @@ def _consume_write(future) -> None:
 
 
 _ENCRYPTED_MARK = "_hivemind_chat_encrypted"
+_TOKEN = "_hivemind_chat_connection"
+
+
+def connection_token(client) -> str:
+    """A name for this connection that, unlike its peer string, never changes."""
+    token = getattr(client, _TOKEN, None)
+    if token is None:
+        token = uuid.uuid4().hex
+        setattr(client, _TOKEN, token)
+    return token
 
 
 def _data_home() -> str:

@@ -48,34 +48,55 @@ def engine_session_id(secret: bytes, access_key: str, declared_session_id: str) 
 @dataclass
 class _Entry:
     last_seen: float
-    peers: Set[str] = field(default_factory=set)
+    conns: Set[str] = field(default_factory=set)
 
 
 class SatelliteSessions:
+    """Sessions by the connections that used them. A connection is known by a token of its
+    own, not by hivemind-core's peer string, which changes with every HELLO (name::session):
+    cleanup by peer string missed every session but the last one (3,000 re-HELLOs left 3,000
+    sessions behind). Every peer string a connection was seen under leads to its token."""
+
     def __init__(self, ttl: float):
         self.ttl = ttl
         self._entries: Dict[str, _Entry] = {}
+        self._sessions_of_conn: Dict[str, Set[str]] = {}
+        self._conn_of_peer: Dict[str, str] = {}
+        self._peers_of_conn: Dict[str, Set[str]] = {}
 
-    def touch(self, session_id: str, peer: str, now: float) -> None:
+    def touch(self, session_id: str, conn: str, peer: str, now: float) -> None:
         entry = self._entries.get(session_id)
         if entry is None:
             entry = self._entries[session_id] = _Entry(now)
         entry.last_seen = now
-        entry.peers.add(peer)
+        entry.conns.add(conn)
+        self._sessions_of_conn.setdefault(conn, set()).add(session_id)
+        self._conn_of_peer[peer] = conn
+        self._peers_of_conn.setdefault(conn, set()).add(peer)
 
     def expired(self, now: float) -> List[str]:
         """Forget and return the sessions not seen for `ttl` seconds."""
         old = [sid for sid, e in self._entries.items() if now - e.last_seen >= self.ttl]
         for sid in old:
-            del self._entries[sid]
+            for conn in self._entries.pop(sid).conns:
+                self._sessions_of_conn.get(conn, set()).discard(sid)
         return old
 
     def disconnected(self, peer: str) -> List[str]:
-        """Forget and return the sessions whose last connection was `peer`."""
+        """Forget the connection `peer` was one name of; return the sessions no other
+        connection still uses."""
+        conn = self._conn_of_peer.get(peer)
+        if conn is None:
+            return []
+        for alias in self._peers_of_conn.pop(conn, ()):
+            self._conn_of_peer.pop(alias, None)
         gone = []
-        for sid, entry in list(self._entries.items()):
-            entry.peers.discard(peer)
-            if not entry.peers:
+        for sid in self._sessions_of_conn.pop(conn, ()):
+            entry = self._entries.get(sid)
+            if entry is None:
+                continue
+            entry.conns.discard(conn)
+            if not entry.conns:
                 del self._entries[sid]
                 gone.append(sid)
         return gone
@@ -85,3 +106,7 @@ class SatelliteSessions:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    @property
+    def peers(self) -> int:
+        return len(self._conn_of_peer)

@@ -431,3 +431,41 @@ def test_a_satellite_vanishing_mid_answer_leaves_no_unretrieved_write_errors(cha
         with open(path, errors="replace") as f:
             logs += f.read()
     assert "never retrieved" not in logs
+
+
+def test_a_re_hello_storm_releases_every_session_at_disconnect():
+    """Each HELLO renames the connection in hivemind-core (name::session); the disconnect names
+    only the last one. Every session the connection used is released all the same."""
+    from hivemind_bus_client.message import HiveMessage, HiveMessageType
+    from ovos_bus_client.session import SessionManager
+    from engines import ScriptEngine
+    from hivemind_chat_agent.local_hub import LocalHub
+    protocol = ChatAgentProtocol(config={"engine": "engines:ScriptEngine"},
+                                 engine=ScriptEngine())
+    hub = LocalHub(protocol).start()
+    try:
+        creds = hub.add_client(name="storm")
+        client = HiveMessageBusClient(key=creds.key, password=creds.password,
+                                      host="ws://127.0.0.1", port=hub.port, useragent="storm")
+        client.connect()
+        handled = threading.Event()
+        client.on_mycroft("ovos.utterance.handled", lambda *_: handled.set())
+        for i in range(40):
+            session = Session(f"storm-{i}").serialize()
+            client.emit(HiveMessage(HiveMessageType.HELLO, {"session": session}))
+            handled.clear()
+            client.emit(Message("recognizer_loop:utterance", {"utterances": ["hello"]},
+                                {"session": session}))
+            assert handled.wait(5), i
+        assert len(protocol.satellites) == 40
+        engine_ids = [sid for sid in SessionManager.sessions if sid.endswith(
+            tuple(f"-storm-{i}" for i in range(40)))]
+        client.close()
+        deadline = time.monotonic() + 5
+        while len(protocol.satellites) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(protocol.satellites) == 0 and protocol.satellites.peers == 0
+        assert not [sid for sid in engine_ids if sid in SessionManager.sessions]
+    finally:
+        protocol.shutdown()
+        hub.stop()

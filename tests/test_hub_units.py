@@ -27,14 +27,31 @@ def test_engine_session_ids_are_namespaced_stable_keyless_and_unguessable(tmp_pa
 
 def test_sessions_expire_after_ttl_and_on_last_disconnect():
     book = SatelliteSessions(ttl=10)
-    book.touch("s1", "peer-1", now=0)
-    book.touch("s2", "peer-2", now=5)
-    book.touch("s2", "peer-3", now=6)
+    book.touch("s1", "conn-1", "peer-1", now=0)
+    book.touch("s2", "conn-2", "peer-2", now=5)
+    book.touch("s2", "conn-3", "peer-3", now=6)
     assert book.expired(now=9) == []
     assert book.expired(now=10) == ["s1"]
-    assert book.disconnected("peer-2") == []        # still reachable through peer-3
+    assert book.disconnected("peer-2") == []        # still reachable through conn-3
     assert book.disconnected("peer-3") == ["s2"]
-    assert len(book) == 0
+    assert len(book) == 0 and book.peers == 1        # conn-1 is still connected
+    assert book.disconnected("peer-1") == [] and book.peers == 0
+
+
+def test_a_connection_that_re_hellos_releases_every_session_on_disconnect():
+    """hivemind-core's peer string is name::session and changes with each HELLO; the
+    disconnect names only the last one. Everything the connection used is released."""
+    book = SatelliteSessions(ttl=3600)
+    for i in range(3000):
+        book.touch(f"s{i}", "conn-a", f"ua::7::sat::s{i}", now=i)
+    book.touch("shared", "conn-a", "ua::7::sat::shared", now=1)
+    book.touch("shared", "conn-b", "ua::8::other::shared", now=1)
+    gone = book.disconnected("ua::7::sat::s2999")
+    assert len(gone) == 3000 and "shared" not in gone
+    assert len(book) == 1 and book.peers == 1      # only conn-b's name is left
+    assert book.disconnected("ua::7::sat::s5") == []   # an old name of a gone connection
+    assert book.disconnected("ua::8::other::shared") == ["shared"]
+    assert len(book) == 0 and book.peers == 0
 
 
 def test_executor_keeps_one_keys_jobs_in_order_and_runs_keys_in_parallel():
