@@ -44,6 +44,8 @@ class HubSettings:
     workers: int = 8             # engine calls running at once
     max_queue: int = 64          # turns waiting for a worker before new ones are refused
     max_queue_per_session: int = 4   # so one hung session cannot fill the queue for all
+    workers_per_client: int = 4  # engine calls of one access key at once (all its sessions)
+    max_queue_per_client: int = 16   # turns of one access key waiting
     session_ttl: float = 3600.0  # a satellite session unseen this long is forgotten
 
     @classmethod
@@ -60,13 +62,18 @@ class HubSettings:
                            workers=int(config.get("workers", 8)),
                            max_queue=int(config.get("max_queue", 64)),
                            max_queue_per_session=int(config.get("max_queue_per_session", 4)),
+                           workers_per_client=int(config.get(
+                               "workers_per_client", max(1, int(config.get("workers", 8)) // 2))),
+                           max_queue_per_client=int(config.get("max_queue_per_client", 16)),
                            session_ttl=float(config.get("session_ttl", 3600)))
         except (TypeError, ValueError) as e:
             raise ConfigurationError(f"invalid number in {PLUGIN_NAME} config: {e}") from None
         if settings.timeout <= 0 or settings.workers < 1 or settings.max_queue < 1 \
-                or settings.max_queue_per_session < 1 or settings.session_ttl <= 0:
+                or settings.max_queue_per_session < 1 or settings.session_ttl <= 0 \
+                or settings.workers_per_client < 1 or settings.max_queue_per_client < 1:
             raise ConfigurationError(f"{PLUGIN_NAME}: timeout and session_ttl must be > 0, "
-                                     "workers, max_queue and max_queue_per_session >= 1")
+                                     "workers, max_queue and the per-session and per-client "
+                                     "bounds >= 1")
         return settings
 
 
@@ -168,8 +175,10 @@ class ChatAgentProtocol(AgentProtocol):
         self.settings = HubSettings.from_dict(self.config)
         self._secret_value: Optional[bytes] = None
         self.engine = engine or load_engine(self.settings.engine, self.settings.engine_config)
-        self.executor = KeyedSerialExecutor(self.settings.workers, self.settings.max_queue,
-                                            self.settings.max_queue_per_session)
+        self.executor = KeyedSerialExecutor(
+            self.settings.workers, self.settings.max_queue, self.settings.max_queue_per_session,
+            max_pending_per_group=self.settings.max_queue_per_client,
+            workers_per_group=self.settings.workers_per_client)
         self.satellites = SatelliteSessions(self.settings.session_ttl)
         self._satellites_lock = Lock()      # IO loop (touch, disconnect, sweep) vs workers
         self._asides: Dict[str, "_Aside"] = {}   # engine session -> where its speech goes
@@ -219,7 +228,7 @@ class ChatAgentProtocol(AgentProtocol):
             return
         turn.job = lambda: self._run(turn)
         try:
-            self.executor.submit(session_id, turn.job)
+            self.executor.submit(session_id, turn.job, group=connection_client(client))
         except QueueFull as e:
             turn.finish(failed=True, why=f"hub busy ({e})", reason="busy")
             return
@@ -434,6 +443,12 @@ def _consume_write(future) -> None:
 
 _ENCRYPTED_MARK = "_hivemind_chat_encrypted"
 _TOKEN = "_hivemind_chat_connection"
+
+
+def connection_client(client) -> str:
+    """Whose turn this is, for fairness: the access key's registered client (every
+    connection and session of one key shares its bounds)."""
+    return str(getattr(client, "key", None) or connection_token(client))
 
 
 def connection_token(client) -> str:

@@ -112,6 +112,60 @@ def test_executor_caps_each_key_and_cancels_jobs_that_never_started():
     ex.shutdown()
 
 
+def test_one_client_with_many_sessions_cannot_starve_another():
+    """Client A floods with 40 sessions of slow turns; client B's turns are neither refused
+    nor queued behind A's: A runs on at most its share of workers, B takes the others."""
+    ex = KeyedSerialExecutor(workers=4, max_pending=64, max_pending_per_key=4,
+                             max_pending_per_group=16, workers_per_group=2)
+    started, lock = {}, threading.Lock()
+
+    def job(name, seconds):
+        def run():
+            with lock:
+                started[name] = time.monotonic()
+            time.sleep(seconds)
+        return run
+    t0 = time.monotonic()
+    refused_a = 0
+    for i in range(40):
+        try:
+            ex.submit(f"a-{i}", job(f"a-{i}", 0.2), group="A")
+        except QueueFull as e:
+            assert "of this client" in str(e)
+            refused_a += 1
+    assert 40 - 16 - 2 <= refused_a <= 40 - 16   # its own quota (2 may already run), no more
+    for i in range(6):
+        ex.submit(f"b-{i}", job(f"b-{i}", 0.05), group="B")   # never refused
+    deadline = time.monotonic() + 10
+    while len(started) < 6 + (40 - refused_a) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    b_start = max(started[f"b-{i}"] for i in range(6)) - t0
+    a_running_at_once = 2
+    assert b_start < 0.5, b_start            # not behind A's 16 queued 0.2 s turns (>1.6 s)
+    a_times = sorted(v for k, v in started.items() if k.startswith("a-"))
+    # A never had more than its 2 workers: its starts come in pairs 0.2 s apart
+    assert a_times[-1] - a_times[0] >= (len(a_times) / a_running_at_once - 1) * 0.2 - 0.1
+    ex.shutdown()
+
+
+def test_cancelling_a_ready_job_leaves_the_executor_consistent():
+    ex = KeyedSerialExecutor(workers=1, max_pending=10, workers_per_group=1)
+    gate = threading.Event()
+    ex.submit("busy", gate.wait, group="g")
+    time.sleep(0.05)
+    ran = []
+    job = lambda: ran.append("x")
+    ex.submit("other", job, group="g")
+    assert ex.cancel("other", job)
+    ex.submit("third", lambda: ran.append("third"), group="g")
+    gate.set()
+    deadline = time.monotonic() + 2
+    while not ran and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert ran == ["third"]
+    ex.shutdown()
+
+
 def test_protocol_repr_never_shows_a_relays_upstream_credentials():
     from hivemind_chat_agent import ChatAgentProtocol
     proto = ChatAgentProtocol(config={
