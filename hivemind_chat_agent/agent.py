@@ -43,7 +43,9 @@ class HiveMindChatAgent(ChatEngine):
         if cfg.session_store:
             store = SessionStore(cfg.session_store, cfg.host, cfg.port, cfg.key,
                                  max_sessions=cfg.session_store_max, ttl=cfg.session_store_ttl)
-        self.sessions = SessionBook(cfg.default_session_id, cfg.site_id, store)
+        self.sessions = SessionBook(cfg.default_session_id, cfg.site_id, store,
+                                    max_sessions=cfg.max_sessions,
+                                    idle_ttl=cfg.session_idle_ttl)
         self.subscribers = Subscribers()
         self.pool = ConnectionPool(cfg, factory=lambda config, session: HubConnection(
             config, session, self.sessions, self.subscribers.deliver))
@@ -146,6 +148,7 @@ class HiveMindChatAgent(ChatEngine):
             finally:
                 self.pool.release(conn)
                 self.sessions.save(sid)
+                self.sessions.trim(keep=self._in_use(sid))
                 # Late replies of an unfinished turn carry its tag and cannot reach the next
                 # one, so the connection is kept (reconnecting is what disturbs a hub), unless
                 # it is gone or the hub strips our tags.
@@ -196,6 +199,12 @@ class HiveMindChatAgent(ChatEngine):
                 f"{event.reason}; the answer was lost. The next turn reconnects and the "
                 "conversation's session is kept")
         return False
+
+    def _in_use(self, current: str) -> set:
+        """Sessions whose state must stay in memory: turns in progress, subscriptions."""
+        with self._locks_guard:
+            busy = {sid for sid, slock in list(self._locks.items()) if slock.lock.locked()}
+        return busy | self.subscribers.sessions() | {current}
 
     def _session_lock(self, sid: str) -> _SessionLock:
         with self._locks_guard:

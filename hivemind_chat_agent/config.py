@@ -30,6 +30,8 @@ class ClientConfig:
     plays_audio: bool = False       # True: the caller reports the end of playback itself
     churn_guard: float = 1.0        # a connect/close waits this long at most for turns in flight
     max_frame_bytes: int = 1 << 20  # a larger frame from the hub closes the connection unread
+    max_sessions: int = 10_000      # conversations kept in memory (least recently used first)
+    session_idle_ttl: float = 3600.0   # a conversation idle this long leaves memory
 
     @property
     def url_host(self) -> str:
@@ -67,15 +69,18 @@ class ClientConfig:
             store_ttl = float(config.get("session_store_ttl", 30 * 86400))
             churn_guard = float(config.get("churn_guard", 1.0))
             max_frame = int(config.get("max_frame_bytes", 1 << 20))
+            max_sessions = int(config.get("max_sessions", 10_000))
+            idle_ttl = float(config.get("session_idle_ttl", 3600))
         except (TypeError, ValueError) as e:
             raise ConfigurationError(f"invalid number in agent config: {e}") from None
         if timeout <= 0 or connect_timeout <= 0 or max_connections < 1 or idle_timeout <= 0 \
                 or store_max < 1 or store_ttl <= 0 or churn_guard < 0 \
-                or max_frame < 4096:
+                or max_frame < 4096 or max_sessions < 1 or idle_ttl <= 0:
             raise ConfigurationError("timeout, connect_timeout, idle_timeout and "
                                      "session_store_ttl must be > 0, max_connections and "
                                      "session_store_max >= 1, churn_guard >= 0, "
-                                     "max_frame_bytes >= 4096")
+                                     "max_frame_bytes >= 4096, max_sessions >= 1, "
+                                     "session_idle_ttl > 0")
         store = config.get("session_store")
         if store is not None and not isinstance(store, str):
             raise ConfigurationError("session_store must be a directory path (or absent)")
@@ -93,7 +98,8 @@ class ClientConfig:
                    default_session_id=default_sid, session_store=store or None,
                    session_store_max=store_max, session_store_ttl=store_ttl,
                    plays_audio=bool(config.get("plays_audio", False)),
-                   churn_guard=churn_guard, max_frame_bytes=max_frame)
+                   churn_guard=churn_guard, max_frame_bytes=max_frame,
+                   max_sessions=max_sessions, session_idle_ttl=idle_ttl)
 
 
 def default_session_id_for(access_key: str) -> str:

@@ -5,7 +5,9 @@ OVOS chat agents and hivemind agents expect (reference 003); this class decides 
 session_id maps to it, what of it goes on the wire, and validates what comes back before it is
 stored. An optional `SessionStore` keeps conversations across processes.
 """
-from typing import Any, Dict, Mapping, Optional, Set
+import time
+from collections import OrderedDict
+from typing import Any, Callable, Collection, Dict, Mapping, Optional, Set
 
 from ovos_bus_client.session import Session, SessionManager
 from ovos_utils.log import LOG
@@ -32,7 +34,8 @@ HUB_FIELDS = ("pipeline", "blacklisted_skills", "blacklisted_intents", "is_speak
 
 class SessionBook:
     def __init__(self, default_session_id: str, site_id: Optional[str] = None,
-                 store: Optional[SessionStore] = None):
+                 store: Optional[SessionStore] = None, max_sessions: int = 10_000,
+                 idle_ttl: float = 3600.0, clock: Callable[[], float] = time.monotonic):
         # "default" is ovos-core's own in-process session, and a 4.0 hub drops non-admin clients
         # that use it; a caller's "default" conversation gets this stable id instead.
         self.default_session_id = default_session_id
@@ -40,6 +43,13 @@ class SessionBook:
         self.store = store
         self._from_hub: Set[str] = set()          # sessions the hub has described to us
         self._caller: Dict[str, Dict[str, str]] = {}   # fields the caller set, per session
+        # ovos-bus-client's SessionManager keeps every Session forever: a persona serving many
+        # users would grow without bound. Sessions we put there are tracked here, least
+        # recently used first, and forgotten past `max_sessions` or after `idle_ttl`.
+        self.max_sessions = max_sessions
+        self.idle_ttl = idle_ttl
+        self._clock = clock
+        self._used: "OrderedDict[str, float]" = OrderedDict()
 
     def resolve(self, session_id: Optional[str]) -> str:
         if not session_id or session_id == "default":
@@ -63,7 +73,37 @@ class SessionBook:
         if units:
             caller["system_unit"] = sess.system_unit = units
         SessionManager.update(sess)
+        self._used[session_id] = self._clock()
+        self._used.move_to_end(session_id)
         return sess
+
+    def trim(self, keep: Collection[str] = ()) -> int:
+        """Forget the least recently used sessions beyond `max_sessions`, and those idle for
+        `idle_ttl`, except `keep` (turns in progress, subscriptions). A forgotten session is in
+        the store, when one is configured, so a returning conversation continues; without a
+        store it starts afresh."""
+        now, forgotten, skipped = self._clock(), 0, 0
+        while self._used and skipped <= len(keep):
+            sid, last = next(iter(self._used.items()))      # the least recently used
+            if len(self._used) <= self.max_sessions and now - last < self.idle_ttl:
+                break
+            if sid in keep:          # in use right now: as good as just used
+                self._used.move_to_end(sid)
+                skipped += 1
+                continue
+            self.forget(sid)
+            forgotten += 1
+        return forgotten
+
+    def forget(self, session_id: str) -> None:
+        self.save(session_id)
+        SessionManager.sessions.pop(session_id, None)
+        self._from_hub.discard(session_id)
+        self._caller.pop(session_id, None)
+        self._used.pop(session_id, None)
+
+    def __len__(self) -> int:
+        return len(self._used)
 
     def wire(self, session: Session) -> Dict[str, Any]:
         """What of `session` goes to the hub: the conversation, what the caller set, and what

@@ -115,6 +115,10 @@ class Subscribers:
                 return True
             return False
 
+    def sessions(self) -> set:
+        with self._lock:
+            return set(self._subs)
+
     def deliver(self, session_id: str, sentence: str) -> int:
         with self._lock:
             subs = list(self._subs.get(session_id, ()))

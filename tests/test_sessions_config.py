@@ -167,3 +167,31 @@ def test_missing_credentials_say_what_to_do():
 def test_bad_values_are_configuration_errors(bad):
     with pytest.raises(ConfigurationError):
         ClientConfig.from_dict({**BASE, **bad})
+
+
+def test_sessions_in_memory_are_bounded_and_go_to_the_store(tmp_path):
+    """ovos-bus-client's SessionManager keeps every Session forever; the book forgets the
+    least recently used past max_sessions and the idle ones, keeping those in use, and a
+    forgotten conversation continues from the store."""
+    from hivemind_chat_agent.session_store import SessionStore
+    now = [0.0]
+    store = SessionStore(str(tmp_path), "h", 1, "k")
+    book = SessionBook("d", store=store, max_sessions=5, idle_ttl=100, clock=lambda: now[0])
+    for i in range(20):
+        sid = f"bound-{i}"
+        SessionManager.sessions.pop(sid, None)
+        book.for_turn(sid)
+        from_hub = Session(sid)
+        from_hub.activate_skill(f"skill-{i}")
+        book.absorb(sid, from_hub.serialize())
+        book.save(sid)
+        now[0] += 1
+        book.trim(keep={"bound-0"})
+    assert len(book) == 5                              # the one kept in use among them
+    assert "bound-0" in SessionManager.sessions and "bound-3" not in SessionManager.sessions
+    again = book.for_turn("bound-3")                   # comes back from the store
+    assert again.active_skills[0][0] == "skill-3"
+    now[0] += 1000                                     # everything idle
+    book.trim()
+    assert len(book) == 0
+    assert not [s for s in SessionManager.sessions if s.startswith("bound-")]
