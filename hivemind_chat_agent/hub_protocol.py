@@ -333,7 +333,9 @@ class ChatAgentProtocol(AgentProtocol):
             turn.finished = True
             return
         turn.deadline = time.monotonic() + self.settings.timeout
-        sess = Session.deserialize({**turn.satellite_session, "session_id": turn.session_id})
+        sess = Session.deserialize(conversation_for_turn(
+            turn.satellite_session, turn.session_id,
+            SessionManager.sessions.get(turn.session_id)))
         SessionManager.update(sess)
         try:
             self._follow_asides(turn)
@@ -504,6 +506,26 @@ def watch_frames() -> None:
         return message
     decode._hivemind_chat_watch = True
     HiveMindClientConnection.decode = decode
+
+
+# What skills change between turns: the hub keeps it for each satellite session, because a
+# minimal satellite (firmware, a script, a web page) sends only its id and language every turn.
+CONVERSATION_FIELDS = ("active_skills", "utterance_states", "context")
+
+
+def conversation_for_turn(declared: Dict[str, Any], session_id: str,
+                          kept: Optional[Session]) -> Dict[str, Any]:
+    """The Session a satellite's turn runs with: what the satellite declares (language,
+    location, units, site id; the hub's policy fields as hivemind-core injected them), and the
+    conversation as the hub kept it from the session's previous turn. A satellite that echoes
+    the state back and one that never does get the same multi-turn behaviour."""
+    data = {**declared, "session_id": session_id}
+    if kept is not None:
+        state = kept.serialize()
+        for name in CONVERSATION_FIELDS:
+            if name in state:
+                data[name] = state[name]
+    return data
 
 
 def _first_utterance(data: Any) -> Optional[str]:

@@ -1,7 +1,9 @@
 """Chat engines for the hub-side tests, loaded by hivemind-core as "engines:ScriptEngine".
 
 Commands (first word): hello | count N | slow N SECONDS | wait SECONDS | raise | hang SECONDS |
-empty | remember WORDS | recall | whoami | lang | units; anything else is echoed.
+empty | remember WORDS | recall | whoami | lang | units | note WORDS | notes; anything else is
+echoed. "note"/"notes" keep their words in the turn's OVOS Session (intent context), as skills
+keep their state, instead of in the engine.
 """
 import threading
 import time
@@ -50,6 +52,18 @@ class ScriptEngine(ChatEngine):
             with self.lock:
                 value = self.memory.get(session_id)
             yield f"you said {value}" if value else "I remember nothing"
+        elif cmd == "note":
+            from ovos_bus_client.session import SessionManager
+            sess = SessionManager.sessions[session_id]
+            sess.context.inject_context({"data": [[" ".join(args), "Note"]], "key": "Note",
+                                         "confidence": 1.0})
+            yield "noted"
+        elif cmd == "notes":
+            from ovos_bus_client.session import SessionManager
+            sess = SessionManager.sessions[session_id]
+            notes = [e["data"][0][0] for frame, _ in sess.context.frame_stack
+                     for e in frame.entities if e.get("key") == "Note"]
+            yield f"notes: {', '.join(notes)}" if notes else "no notes"
         elif cmd == "whoami":
             yield f"session {session_id}"
         elif cmd == "lang":

@@ -359,6 +359,19 @@ def test_relay_through_two_hubs_keeps_per_satellite_memory():
                 f"session {session_on(hub_b, c1.key, 'home')}"     # its own session upstream
             assert s1.get_response("count 3", session_id="home") == \
                 "sentence 1\nsentence 2\nsentence 3"
+            # a minimal satellite that never echoes the Session keeps its memory too: hub B
+            # keeps the conversation and carries it upstream
+            minimal = RawSatellite(hub_b.add_client(name="s3"))
+            try:
+                heard = []
+                minimal.client.on_mycroft("speak", lambda m: heard.append(
+                    (Message.deserialize(m) if isinstance(m, str) else m).data["utterance"]))
+                minimal.ask("remember carol", wait=10)
+                heard.clear()
+                minimal.ask("recall", wait=10)
+                assert heard == ["you said carol"]
+            finally:
+                minimal.close()
             # speech between turns upstream (an alarm, a late answer) reaches the satellite
             with s1.subscribe("home") as sub:
                 assert s1.get_response("later 1.0", session_id="home") == "now you wait"
@@ -469,3 +482,29 @@ def test_a_re_hello_storm_releases_every_session_at_disconnect():
     finally:
         protocol.shutdown()
         hub.stop()
+
+
+def test_the_hub_keeps_a_minimal_satellites_conversation_state(chat_hub):
+    """A satellite that sends only its session id every turn (never echoing the Session back)
+    gets the same multi-turn behaviour as one that does: the hub keeps the conversation."""
+    minimal = RawSatellite(chat_hub.add_client(name="minimal"))
+    echoing = chat_hub.add_client(name="echoing")
+    try:
+        got = []
+        minimal.client.on_mycroft("speak", lambda m: got.append(
+            (Message.deserialize(m) if isinstance(m, str) else m).data["utterance"]))
+        minimal.ask("note the blue door")
+        minimal.ask("note the red key")
+        got.clear()
+        minimal.ask("notes")
+        assert got == ["notes: the red key, the blue door"]
+    finally:
+        minimal.close()
+    agent = HiveMindChatAgent(echoing.agent_config())      # echoes what the hub sent back
+    try:
+        agent.get_response("note the blue door", session_id="echo-notes")
+        agent.get_response("note the red key", session_id="echo-notes")
+        assert agent.get_response("notes", session_id="echo-notes") == \
+            "notes: the red key, the blue door"
+    finally:
+        agent.shutdown()
