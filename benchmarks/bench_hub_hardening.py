@@ -1,0 +1,165 @@
+"""Hub hardening figures (issue 8), each against a baseline measured in the same run.
+
+    python benchmarks/bench_hub_hardening.py [--hellos 3000] [--flood-sessions 100]
+
+A genuine `hivemind-core listen` (4.0.0) with `hivemind-chat-agent-plugin` and the test engine
+(tests/engines.py), in its own process on 127.0.0.1:
+  1. memory: one satellite connection re-HELLOs through `--hellos` session ids (one turn
+     each) and disconnects, twice with new ids; the hub's RSS after the second storm against
+     after the first (the allocator keeps freed memory, so the first storm sets the high-water
+     mark; a leak grows it again); target: within 5 MB;
+  2. fairness: p99 of a well-behaved satellite's turns alone, then while another client floods
+     its own quota from `--flood-sessions` session ids; target: <= 2x its idle p99, nothing
+     refused to it.
+"""
+import argparse
+import os
+import statistics
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+sys.path.insert(0, os.path.join(HERE, ".."))
+
+from ovos_utils.log import LOG  # noqa: E402
+
+LOG.set_level("ERROR")
+
+from hivemind_bus_client.client import HiveMessageBusClient  # noqa: E402
+from hivemind_bus_client.message import HiveMessage, HiveMessageType  # noqa: E402
+from ovos_bus_client.message import Message  # noqa: E402
+from ovos_bus_client.session import Session  # noqa: E402
+
+from hivemind_chat_agent import HiveMindChatAgent, HiveMindChatError  # noqa: E402
+from hubs import HubProcess  # noqa: E402
+
+
+def rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def plugin(**knobs):
+    return {"module": "hivemind-chat-agent-plugin",
+            "hivemind-chat-agent-plugin": {"engine": "engines:ScriptEngine", **knobs}}
+
+
+def memory(hellos: int) -> bool:
+    hub = HubProcess(plugin()).start()
+    try:
+        creds = hub.add_client(name="storm")
+        warm = HiveMindChatAgent(creds.agent_config())
+        warm.get_response("hello", session_id="warm")     # load every code path once
+        warm.shutdown()
+        time.sleep(1)
+        before = rss_mb(hub.proc.pid)
+        during, after = [], []
+        for storm in range(2):     # new session ids each time: a leak per id grows twice
+            client = HiveMessageBusClient(key=creds.key, password=creds.password,
+                                          host="ws://127.0.0.1", port=creds.port,
+                                          useragent="storm")
+            client.connect()
+            done = threading.Event()
+            client.on_mycroft("ovos.utterance.handled", lambda *_: done.set())
+            for i in range(hellos):
+                session = Session(f"storm-{storm}-{i}").serialize()
+                client.emit(HiveMessage(HiveMessageType.HELLO, {"session": session}))
+                done.clear()
+                client.emit(Message("recognizer_loop:utterance", {"utterances": ["note x"]},
+                                    {"session": session}))
+                if not done.wait(10):
+                    raise RuntimeError(f"no answer to turn {i}")
+            during.append(rss_mb(hub.proc.pid))
+            client.close()
+            time.sleep(3)
+            after.append(rss_mb(hub.proc.pid))
+    finally:
+        hub.cleanup()
+    # Freed memory stays in the process (CPython's allocator keeps its arenas), so RSS after the
+    # first storm is the high-water mark; what a leak would show is a second storm of new ids
+    # growing it again.
+    growth = after[1] - after[0]
+    ok = growth <= 5
+    print(f"hub RSS: {before:.1f} MB before; storm 1 ({hellos} session ids on one re-HELLOing "
+          f"connection) {during[0]:.1f} MB, {after[0]:.1f} MB after it left; storm 2 (new ids) "
+          f"{during[1]:.1f} MB, {after[1]:.1f} MB after it left: +{growth:.1f} MB for the "
+          f"second {hellos} ids (target <= 5 MB) {'PASS' if ok else 'FAIL'}")
+    return ok
+
+
+def p99(values):
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+
+
+def fairness(flood_sessions: int, turns: int) -> bool:
+    hub = HubProcess(plugin(workers=8, max_queue=64)).start()
+    stop = threading.Event()
+    try:
+        good = HiveMindChatAgent(hub.add_client(name="good").agent_config(timeout=30))
+        flooder = HiveMindChatAgent(hub.add_client(name="flood").agent_config(
+            timeout=30, max_connections=flood_sessions + 1))
+
+        def measure():
+            times, refused = [], 0
+            for _ in range(turns):
+                start = time.perf_counter()
+                try:
+                    good.get_response("wait 0.05", session_id="good")
+                    times.append(time.perf_counter() - start)
+                except HiveMindChatError:
+                    refused += 1
+            return times, refused
+        good.get_response("hello", session_id="good")
+        idle, _ = measure()
+        counts = {"sent": 0, "refused": 0}
+
+        def flood(i):
+            while not stop.is_set():
+                try:
+                    flooder.get_response("wait 0.5", session_id=f"flood-{i}")
+                    counts["sent"] += 1
+                except HiveMindChatError:
+                    counts["refused"] += 1
+                    time.sleep(0.05)
+        threads = [threading.Thread(target=flood, args=(i,), daemon=True)
+                   for i in range(flood_sessions)]
+        for t in threads:
+            t.start()
+        time.sleep(3)                              # the flood reaches its quota
+        busy, refused = measure()
+        stop.set()
+        for t in threads:
+            t.join(10)
+        good.shutdown()
+        flooder.shutdown()
+    finally:
+        stop.set()
+        hub.cleanup()
+    ok = refused == 0 and busy and p99(busy) <= 2 * p99(idle)
+    print(f"well-behaved satellite, {turns} turns of a 50 ms engine: p99 idle "
+          f"{p99(idle) * 1000:.0f} ms, during a {flood_sessions}-session flood by another "
+          f"client {p99(busy) * 1000:.0f} ms ({p99(busy) / p99(idle):.2f}x; target <= 2x), "
+          f"refused {refused} of {turns}; the flooder got {counts['sent']} turns answered and "
+          f"{counts['refused']} refused (its own quota) {'PASS' if ok else 'FAIL'}")
+    return ok
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--hellos", type=int, default=3000)
+    ap.add_argument("--flood-sessions", type=int, default=100)
+    ap.add_argument("--turns", type=int, default=100)
+    args = ap.parse_args()
+    results = [fairness(args.flood_sessions, args.turns), memory(args.hellos)]
+    print(f"{sum(results)} passed, {len(results) - sum(results)} failed")
+    return 0 if all(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
