@@ -25,6 +25,7 @@ from ovos_bus_client.message import Message
 from ovos_bus_client.session import Session, SessionManager
 from ovos_plugin_manager.templates.agents import AgentMessage, ChatEngine, MessageRole
 from ovos_utils.log import LOG
+from ovos_utils.xdg_utils import xdg_data_home
 
 from hivemind_chat_agent.errors import ConfigurationError
 from hivemind_chat_agent.protocol_names import (HANDLED_TYPE, SPEAK_TYPE, UNMATCHED_TYPE,
@@ -139,8 +140,9 @@ class _HubTurn:
         return True
 
     def finish(self, failed: bool, why: str = "", reason: str = "") -> bool:
-        """End the turn once. A failure carries `reason` (see FAILURE_REASONS) and `why` in
-        its data, so the satellite can tell "busy" or "broken" from "nothing understood"."""
+        """End the turn once. A failure carries `reason` ("busy", "engine_error", "timeout",
+        "no_text" or "not_understood") and `why` in its data, so the satellite can tell "busy"
+        or "broken" from "nothing understood"."""
         with self._lock:
             if self.finished:
                 return False
@@ -192,7 +194,7 @@ class ChatAgentProtocol(AgentProtocol):
     def _secret(self) -> bytes:
         """Read (or created) on the first utterance, when the hub's XDG dirs are in place."""
         if self._secret_value is None:
-            self._secret_value = hub_secret(_data_home())
+            self._secret_value = hub_secret(str(xdg_data_home()))   # beside core's database
         return self._secret_value
 
     # ---- IO loop thread: keep it short ----
@@ -254,8 +256,7 @@ class ChatAgentProtocol(AgentProtocol):
         with self._satellites_lock:
             expired = self.satellites.expired(time.monotonic())
         for session_id in expired:
-            SessionManager.sessions.pop(session_id, None)
-            self._stop_asides(session_id)
+            self._forget_session(session_id)
         loop.call_later(self._sweep_interval, self._sweep, loop)
 
     def _on_disconnect(self, message: Message) -> None:
@@ -263,8 +264,7 @@ class ChatAgentProtocol(AgentProtocol):
         with self._satellites_lock:
             gone = self.satellites.disconnected(peer)
         for session_id in gone:
-            SessionManager.sessions.pop(session_id, None)
-            self._stop_asides(session_id)
+            self._forget_session(session_id)
 
     # ---- speech between turns (engines that have it) ----
     def _follow_asides(self, turn: "_HubTurn") -> None:
@@ -290,8 +290,7 @@ class ChatAgentProtocol(AgentProtocol):
 
     def _forward_aside(self, aside: "_Aside", text: str) -> None:
         sat = aside.satellite_session
-        ctx = {"source": PLUGIN_NAME, "destination": aside.peer,
-               "session": {**sat, "session_id": sat.get("session_id")}}
+        ctx = {"source": PLUGIN_NAME, "destination": aside.peer, "session": dict(sat)}
         reply = Message(SPEAK_TYPE, {"utterance": text, "expect_response": False,
                                      "lang": sat.get("lang") or "en-US",
                                      "meta": {"skill": PLUGIN_NAME}}, ctx)
@@ -308,8 +307,12 @@ class ChatAgentProtocol(AgentProtocol):
         with self._satellites_lock:
             tracked = session_id in self.satellites
         if not tracked:
-            SessionManager.sessions.pop(session_id, None)
-            self._stop_asides(session_id)
+            self._forget_session(session_id)
+
+    def _forget_session(self, session_id: str) -> None:
+        """The satellite session is gone: its engine Session and its speech subscription."""
+        SessionManager.sessions.pop(session_id, None)
+        self._stop_asides(session_id)
 
     def deliver(self, turn: _HubTurn, reply: Message) -> None:
         """Hand a reply to the IO loop (the only thread that may write to a socket)."""
@@ -460,15 +463,6 @@ def connection_token(client) -> str:
         token = uuid.uuid4().hex
         setattr(client, _TOKEN, token)
     return token
-
-
-def _data_home() -> str:
-    """The hub's XDG data dir, where hivemind-core keeps its client database too."""
-    import os
-    data = os.environ.get("XDG_DATA_HOME")
-    if not data or not os.path.isabs(data):
-        data = os.path.join(os.path.expanduser("~"), ".local", "share")
-    return data
 
 
 def has_session_key(client) -> bool:

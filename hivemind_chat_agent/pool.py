@@ -69,10 +69,7 @@ class ConnectionPool:
             conn.leases += 1
             evicted = self._evict_over_bound(keep=sid)
             self._start_reaper()
-        if evicted:
-            with self.gate.change():
-                for old in evicted:
-                    old.close()
+        self._close(evicted)
         return conn
 
     def release(self, conn: HubConnection) -> None:
@@ -104,8 +101,7 @@ class ConnectionPool:
         with self._lock:
             conn = self._conns.pop(session_id, None)
         if conn is not None:
-            with self.gate.change():
-                conn.close()
+            self._close([conn])
 
     def reap_idle(self) -> int:
         now = self._clock()
@@ -116,10 +112,7 @@ class ConnectionPool:
                         and sid not in self._pinned))]
             conns = [self._conns.pop(sid) for sid in idle]
             conns += self._evict_over_bound(keep=None)
-        if conns:
-            with self.gate.change():
-                for conn in conns:
-                    conn.close()
+        self._close(conns)
         return len(conns)
 
     def close_all(self) -> None:
@@ -140,6 +133,13 @@ class ConnectionPool:
     def __len__(self) -> int:
         with self._lock:
             return len(self._conns)
+
+    def _close(self, conns: List[HubConnection]) -> None:
+        """Close connections while none of this agent's turns is in flight (ChurnGate)."""
+        if conns:
+            with self.gate.change():
+                for conn in conns:
+                    conn.close()
 
     def _check_open(self):
         if self._closed:

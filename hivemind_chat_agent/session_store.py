@@ -14,16 +14,14 @@ import time
 from typing import Any, Dict, Optional
 
 from ovos_utils.log import LOG
+from ovos_utils.xdg_utils import xdg_state_home
 
 MAX_FILE_BYTES = 1_000_000   # a Session is a few kB; anything larger is not ours
 
 
 def default_store_dir() -> str:
     """$XDG_STATE_HOME/hivemind-chat/sessions (~/.local/state/... when unset)."""
-    state = os.environ.get("XDG_STATE_HOME")
-    if not state or not os.path.isabs(state):
-        state = os.path.join(os.path.expanduser("~"), ".local", "state")
-    return os.path.join(state, "hivemind-chat", "sessions")
+    return os.path.join(xdg_state_home(), "hivemind-chat", "sessions")
 
 
 class SessionStore:

@@ -15,6 +15,12 @@ STATE = tempfile.mkdtemp(prefix="hm-test-cli-state-")
 CLI_ENV = {**os.environ, "XDG_STATE_HOME": STATE}
 
 
+def hub_args(creds, host="127.0.0.1"):
+    """The command-line options that point the CLI at a test hub as a registered client."""
+    return ["--host", host, "--port", str(creds.port), "--key", creds.key,
+            "--password", creds.password]
+
+
 def spawn(*args, env=None):
     return pexpect.spawn(CLI, list(args), encoding="utf-8", timeout=60,
                          dimensions=(40, 160), env=env or dict(CLI_ENV))
@@ -71,15 +77,13 @@ def test_ctrl_c_at_the_prompt_leaves_cleanly():
 
 
 def test_one_shot_against_a_configured_hub(creds):
-    child = spawn("--host", "ws://127.0.0.1", "--port", str(creds.port), "--key", creds.key,
-                  "--password", creds.password, "count 2")
+    child = spawn(*hub_args(creds, host="ws://127.0.0.1"), "count 2")
     child.expect(r"hub> sentence 1\r\n\s+sentence 2")
     assert finish(child) == 0
 
 
 def test_interactive_follow_up_question_keeps_the_session(creds):
-    child = spawn("--host", "127.0.0.1", "--port", str(creds.port), "--key", creds.key,
-                  "--password", creds.password, "--session", "cli-follow")
+    child = spawn(*hub_args(creds), "--session", "cli-follow")
     child.expect(r"\[cli-follow\] you> ")
     child.sendline("ask")
     child.expect(r"hub> what is your favourite colour\?")
@@ -93,8 +97,7 @@ def test_interactive_follow_up_question_keeps_the_session(creds):
 
 def test_speech_between_turns_is_printed_while_the_prompt_waits(creds):
     """An alarm firing while the user is at the prompt: printed at once, prompt redrawn."""
-    child = spawn("--host", "127.0.0.1", "--port", str(creds.port), "--key", creds.key,
-                  "--password", creds.password, "--session", "cli-later")
+    child = spawn(*hub_args(creds), "--session", "cli-later")
     child.expect(r"\[cli-later\] you> ")
     child.sendline("later 1.5")
     child.expect(r"hub> now you wait")
@@ -106,8 +109,7 @@ def test_speech_between_turns_is_printed_while_the_prompt_waits(creds):
 
 
 def test_one_shot_runs_continue_the_conversation_unless_told_not_to(creds):
-    args = ["--host", "127.0.0.1", "--port", str(creds.port), "--key", creds.key,
-            "--password", creds.password, "--json", "--session", "cli-store"]
+    args = hub_args(creds) + ["--json", "--session", "cli-store"]
     run = lambda *extra: subprocess.run([CLI, *args, *extra], capture_output=True, text=True,
                                         timeout=60, env=CLI_ENV)
     assert run("remember the blue door").returncode == 0
@@ -118,8 +120,7 @@ def test_one_shot_runs_continue_the_conversation_unless_told_not_to(creds):
 
 
 def test_ctrl_d_typed_while_an_answer_arrives_leaves_once_it_is_done(creds):
-    child = spawn("--host", "127.0.0.1", "--port", str(creds.port), "--key", creds.key,
-                  "--password", creds.password, "--session", "cli-ctrl-d")
+    child = spawn(*hub_args(creds), "--session", "cli-ctrl-d")
     child.expect(r"you> ")
     child.sendline("slow 3 0.4")
     child.expect("slow sentence 1")
@@ -147,9 +148,7 @@ def test_unreachable_hub_is_a_clear_message(creds):
 
 
 def test_json_lines_for_scripts(creds):
-    out = subprocess.run([CLI, "--json", "--host", "127.0.0.1", "--port", str(creds.port),
-                          "--key", creds.key, "--password", creds.password,
-                          "--session", "scripted"],
+    out = subprocess.run([CLI, "--json", *hub_args(creds), "--session", "scripted"],
                          input="count 2\nfail\n", capture_output=True, text=True, timeout=60,
                          env=CLI_ENV)
     events = [json.loads(line) for line in out.stdout.splitlines()]

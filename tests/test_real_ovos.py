@@ -127,10 +127,9 @@ def test_an_unrelated_utterance_while_a_question_is_open_is_answered_not_timed_o
     assert answer == "Hello world" and took < 3.0
 
 
-def test_six_parallel_greetings_do_not_slow_another_session(ovos_creds, make_agent):
-    agent = make_agent(ovos_creds.agent_config())
-    for sid in [f"par-{i}" for i in range(6)] + ["other"]:
-        timed(agent, "hello world", sid)     # connected first: this measures turns, not churn
+def greetings_at_once(agent, session_ids, meanwhile=lambda: None, join=60):
+    """"hello world" from each session on its own thread, all at once; `meanwhile` runs on
+    this thread while they do. Returns ({session: (answer, seconds)}, meanwhile's result)."""
     results, errors = {}, []
 
     def greet(sid):
@@ -138,14 +137,27 @@ def test_six_parallel_greetings_do_not_slow_another_session(ovos_creds, make_age
             results[sid] = timed(agent, "hello world", sid)
         except Exception as e:
             errors.append(e)
-    threads = [threading.Thread(target=greet, args=(f"par-{i}",)) for i in range(6)]
+    threads = [threading.Thread(target=greet, args=(sid,)) for sid in session_ids]
     for t in threads:
         t.start()
-    time.sleep(0.05)
-    other = timed(agent, "start parrot", "other")
+    during = meanwhile()
     for t in threads:
-        t.join(30)
+        t.join(join)
     assert not errors, errors
+    assert len(results) == len(session_ids)
+    return results, during
+
+
+def test_six_parallel_greetings_do_not_slow_another_session(ovos_creds, make_agent):
+    agent = make_agent(ovos_creds.agent_config())
+    for sid in [f"par-{i}" for i in range(6)] + ["other"]:
+        timed(agent, "hello world", sid)     # connected first: this measures turns, not churn
+
+    def other_session():
+        time.sleep(0.05)
+        return timed(agent, "start parrot", "other")
+    results, other = greetings_at_once(agent, [f"par-{i}" for i in range(6)],
+                                       meanwhile=other_session, join=30)
     assert all(a == "Hello world" and took < 3.0 for a, took in results.values()), results
     assert other[1] < 3.0, other
     timed(agent, "stop parrot", "other")
@@ -156,20 +168,7 @@ def test_parallel_first_turns_connect_and_answer(ovos_creds, make_agent):
     its OVOS bus when clients connect while it forwards, and ovos-core's 6 handler threads all
     block in wait=True before the first audio end is handled (7-15 s) unless turns are spaced."""
     agent = make_agent(ovos_creds.agent_config())
-    results, errors = {}, []
-
-    def greet(sid):
-        try:
-            results[sid] = timed(agent, "hello world", sid)
-        except Exception as e:
-            errors.append(e)
-    threads = [threading.Thread(target=greet, args=(f"first-{i}",)) for i in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert not errors, errors
-    assert len(results) == 6
+    results, _ = greetings_at_once(agent, [f"first-{i}" for i in range(6)])
     assert all(a == "Hello world" and took < 3.0 for a, took in results.values()), results
 
 
