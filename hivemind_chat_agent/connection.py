@@ -37,7 +37,7 @@ from ovos_bus_client.session import Session, SessionManager
 from ovos_utils.log import LOG
 from poorman_handshake import PasswordHandShake
 
-from hivemind_chat_agent import background
+from hivemind_chat_agent import background, leak_free_codecs
 from hivemind_chat_agent.config import ClientConfig
 from hivemind_chat_agent.errors import (AccessKeyRejectedError, AuthenticationError,
                                         ConnectionLostError, HandshakeTimeoutError,
@@ -55,6 +55,7 @@ _ENCODINGS = [SupportedEncodings.JSON_B64, SupportedEncodings.JSON_URLSAFE_B64,
               SupportedEncodings.JSON_B91, SupportedEncodings.JSON_Z85B,
               SupportedEncodings.JSON_Z85P, SupportedEncodings.JSON_B32,
               SupportedEncodings.JSON_HEX]
+leak_free_codecs.install()   # a hub that picks JSON-B91/Z85 must not leak every frame here
 
 
 @functools.lru_cache(maxsize=1)

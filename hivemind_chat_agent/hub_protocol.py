@@ -10,6 +10,7 @@ An engine that speaks between turns (`subscribe(session_id, callback)`, as `Hive
 relaying to another hub does: alarms, reminders, late answers) has that speech forwarded to
 the satellite session it belongs to, while the satellite is connected.
 """
+import dataclasses
 import importlib
 import time
 import uuid
@@ -27,6 +28,7 @@ from ovos_plugin_manager.templates.agents import AgentMessage, ChatEngine, Messa
 from ovos_utils.log import LOG
 from ovos_utils.xdg_utils import xdg_data_home
 
+from hivemind_chat_agent import leak_free_codecs
 from hivemind_chat_agent.errors import ConfigurationError
 from hivemind_chat_agent.protocol_names import (HANDLED_TYPE, SPEAK_TYPE, UNMATCHED_TYPE,
                                                 UTTERANCE_TYPES)
@@ -170,8 +172,12 @@ class ChatAgentProtocol(AgentProtocol):
 
     def __init__(self, config: Optional[Dict[str, Any]] = None, bus=None, hm_protocol=None,
                  callbacks: Optional[ClientCallbacks] = None, engine: Optional[ChatEngine] = None):
+        callbacks = dataclasses.replace(callbacks or ClientCallbacks())   # not the caller's
+        core_on_disconnect = callbacks.on_disconnect
+        callbacks.on_disconnect = lambda client: (self._release_peer_aliases(client),
+                                                  core_on_disconnect(client))
         super().__init__(config=dict(config or {}), bus=bus or AgentBus(),
-                         hm_protocol=hm_protocol, callbacks=callbacks or ClientCallbacks())
+                         hm_protocol=hm_protocol, callbacks=callbacks)
         if engine is not None:
             self.config.setdefault("engine", type(engine).__name__)
         self.settings = HubSettings.from_dict(self.config)
@@ -186,6 +192,7 @@ class ChatAgentProtocol(AgentProtocol):
         self._asides: Dict[str, "_Aside"] = {}   # engine session -> where its speech goes
         self._sweeping = False
         watch_frames()
+        leak_free_codecs.install()   # stock satellites pick JSON-B91, whose C codec leaks
         for msg_type in UTTERANCE_TYPES:
             self.bus.on(msg_type, self._on_utterance)
         self.bus.on("hive.client.disconnect", self._on_disconnect)
@@ -258,6 +265,18 @@ class ChatAgentProtocol(AgentProtocol):
         for session_id in expired:
             self._forget_session(session_id)
         loop.call_later(self._sweep_interval, self._sweep, loop)
+
+    def _release_peer_aliases(self, client) -> None:
+        """IO loop, as the connection goes. hivemind-core 4.0 files a connection under a new
+        peer string at every HELLO and forgets only the last one, so each session id a
+        connection ever declared would keep the whole connection alive. Upstream fix: key
+        `clients` by connection, not peer string."""
+        try:
+            clients = self.clients
+        except Exception:
+            return
+        for peer in [p for p, c in list(clients.items()) if c is client and p != client.peer]:
+            clients.pop(peer, None)
 
     def _on_disconnect(self, message: Message) -> None:
         peer = message.context.get("source")

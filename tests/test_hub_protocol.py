@@ -479,6 +479,7 @@ def test_a_re_hello_storm_releases_every_session_at_disconnect():
             time.sleep(0.05)
         assert len(protocol.satellites) == 0 and protocol.satellites.peers == 0
         assert not [sid for sid in engine_ids if sid in SessionManager.sessions]
+        assert hub.protocol.clients == {}   # none of core's 40 peer names keeps it alive
     finally:
         protocol.shutdown()
         hub.stop()
