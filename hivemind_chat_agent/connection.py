@@ -36,6 +36,7 @@ from ovos_bus_client.message import Message
 from ovos_bus_client.session import Session, SessionManager
 from ovos_utils.log import LOG
 from poorman_handshake import PasswordHandShake
+from websocket import WebSocketPayloadException, WebSocketProtocolException
 
 from hivemind_chat_agent import background, leak_free_codecs
 from hivemind_chat_agent.config import ClientConfig
@@ -56,6 +57,17 @@ _ENCODINGS = [SupportedEncodings.JSON_B64, SupportedEncodings.JSON_URLSAFE_B64,
               SupportedEncodings.JSON_Z85P, SupportedEncodings.JSON_B32,
               SupportedEncodings.JSON_HEX]
 leak_free_codecs.install()   # a hub that picks JSON-B91/Z85 must not leak every frame here
+
+
+def _garbled(error: Any) -> bool:
+    """Did websocket-client give up on the bytes (bad UTF-8, broken framing) rather than see
+    the peer close? Then nobody refused anything: the stream was corrupted on the way."""
+    return isinstance(error, (WebSocketPayloadException, WebSocketProtocolException,
+                              UnicodeError))
+
+
+def _what(error: Any) -> str:
+    return type(error).__name__
 
 
 @functools.lru_cache(maxsize=1)
@@ -550,6 +562,10 @@ class HubConnection:
             self._fail(HubUnreachableError(
                 f"connection refused by {self.config.url_host}:{self.config.port}; check host "
                 "and port and that hivemind-core is running"))
+        elif not self._ready.is_set() and self._opened and _garbled(error):
+            self._fail(HubUnreachableError(
+                f"the connection to the hub broke during the handshake ({_what(error)}); the "
+                "key was not refused: check the network path to the hub and its log"))
         elif not self._ready.is_set() and self._opened:
             self._on_socket_closed()
         elif not self._ready.is_set():
@@ -558,9 +574,9 @@ class HubConnection:
                 f"({type(error).__name__}: {self._redact(str(error))}); check host, port and "
                 "TLS settings"))
         else:
-            self._on_socket_closed()
+            self._on_socket_closed(broken=error if _garbled(error) else None)
 
-    def _on_socket_closed(self):
+    def _on_socket_closed(self, broken: Any = None):
         if not self._ready.is_set():
             if self._opened and self._pswd is None:
                 self._fail(AccessKeyRejectedError(
@@ -571,7 +587,9 @@ class HubConnection:
                     "the hub closed the connection during the handshake; check the hub's log"))
             return
         self._closed = True
-        self._fail_turns("the hub closed the connection during the turn")
+        self._fail_turns(f"the connection to the hub broke during the turn ({_what(broken)}): "
+                         "the stream was corrupted" if broken is not None else
+                         "the hub closed the connection during the turn")
 
     def _redact(self, text: str) -> str:
         """Library errors may quote the URL, whose query carries base64("useragent:key")."""

@@ -4,7 +4,8 @@ Before the session key exists only the hub's HELLO and HANDSHAKE are accepted, i
 Once it exists, only ciphertext under that key is: a plain-text frame is dropped (a genuine hub
 never sends one after the handshake, and on a `ws://` path anyone who can inject bytes could
 otherwise forge the running turn's answer or overwrite its Session), and a frame that fails
-authentication means the stream was tampered with, so the connection is no longer trusted.
+authentication, or is not even JSON, means the stream was tampered with or garbled: a frame of
+the answer may be gone, so the turn ends with an error and the connection is no longer trusted.
 """
 import json
 from dataclasses import dataclass
@@ -49,8 +50,8 @@ def open_frame(raw: Any, key: Optional[bytes], cipher: Any, encoding: Any,
                                                 f"({type(e).__name__})")
     try:
         envelope = json.loads(raw)
-    except ValueError:
-        return Opened(Verdict.DROP, why="plain-text frame after the handshake (not JSON)")
+    except ValueError:     # neither ciphertext nor a message: a frame garbled on the way
+        return Opened(Verdict.TAMPERED, why="a frame that is neither ciphertext nor JSON")
     if not isinstance(envelope, dict) or "ciphertext" not in envelope:
         return Opened(Verdict.DROP, why="unencrypted frame after the handshake")
     try:

@@ -31,10 +31,16 @@ def test_ciphertext_under_the_session_key_is_read():
 
 
 def test_plain_text_after_the_handshake_is_dropped_unread():
-    for raw in (bus(), json.dumps({"msg_type": "bus", "payload": {}}), "{ not json",
-                json.dumps(["a"])):
+    for raw in (bus(), json.dumps({"msg_type": "bus", "payload": {}}), json.dumps(["a"])):
         result = opened(raw)
         assert result.verdict is Verdict.DROP and result.message is None
+
+
+def test_a_frame_that_is_not_even_json_after_the_handshake_is_tampering():
+    """A genuine frame garbled on the way: dropping it would hand back an answer with a
+    sentence silently missing."""
+    result = opened("{ not json")
+    assert result.verdict is Verdict.TAMPERED and result.message is None
 
 
 def test_a_frame_failing_authentication_is_tampering():
