@@ -1,5 +1,6 @@
 """ChatAgentProtocol inside the real `hivemind-core listen`, loaded from server.json by name,
 with genuine hivemind-bus-client satellites (HiveMessageBusClient and HiveMindChatAgent)."""
+import json
 import threading
 import time
 
@@ -71,6 +72,9 @@ class RawSatellite:
         assert self.handled.wait(wait)
         time.sleep(settle)      # anything after `handled` would be a bug
         return [t for t in self.received if t != "recognizer_loop:utterance"]
+
+    def connected(self):
+        return self.client.crypto_key is not None    # the library forgets it on close
 
     def close(self):
         self.client.close()
@@ -509,3 +513,58 @@ def test_the_hub_keeps_a_minimal_satellites_conversation_state(chat_hub):
             "notes: the red key, the blue door"
     finally:
         agent.shutdown()
+
+
+def send_raw(sat, payload):
+    """A BUS frame exactly as given, encrypted as the connection's own frames are: the library's
+    emit() would repair the context first."""
+    from hivemind_bus_client.encryption import encrypt_as_json
+    c = sat.client
+    frame = json.dumps({"msg_type": "bus", "payload": payload})
+    c.client.send(encrypt_as_json(c.crypto_key, frame, cipher=c.cipher, encoding=c.json_encoding))
+
+
+def test_malformed_messages_from_an_authenticated_satellite_break_nothing(chat_hub, sat_b,
+                                                                           make_agent):
+    """Wrong types where the hub reads (session, context, data, utterances), unknown types and
+    a large utterance. A Session hivemind-core cannot parse (it reads it before any plugin)
+    costs the satellite its connection; everything that reaches the plugin gets its end. Never
+    silence on an open connection, and the hub goes on serving everybody."""
+    utterance = "recognizer_loop:utterance"
+    creds = chat_hub.add_client(name="malformed")
+    for context in ({"session": "not a session"}, {"session": None}, {}):
+        sat = RawSatellite(creds)
+        try:
+            send_raw(sat, {"type": utterance, "data": {"utterances": ["hello"]},
+                           "context": context})
+            deadline = time.monotonic() + 5
+            while sat.connected() and not sat.handled.is_set() and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert not sat.connected() and not sat.handled.is_set(), context
+        finally:
+            sat.close()
+    sat = RawSatellite(creds)
+    try:
+        session = {"session": {"session_id": "malformed"}}
+        for data in ({"utterances": "hello"}, {"utterances": [["x"]]}, {"utterances": [7]},
+                     {"utterances": ["x" * 200_000]}, {"utterances": ["hello"], "lang": []}):
+            sat.received.clear()
+            sat.handled.clear()
+            send_raw(sat, {"type": utterance, "data": data, "context": session})
+            assert sat.handled.wait(5), str(data)[:80]
+            time.sleep(0.2)
+            answered = [t for t in sat.received if t != utterance]
+            assert answered.count("ovos.utterance.handled") == 1, (str(data)[:80], answered)
+            assert answered[-1] == "ovos.utterance.handled", (str(data)[:80], answered)
+        sat.received.clear()
+        for msg_type in ("no.such.type", "speak", "ovos.utterance.handled"):
+            send_raw(sat, {"type": msg_type, "data": {"utterance": "x"}, "context": session})
+        time.sleep(0.5)
+        assert [t for t in sat.received if t not in ("no.such.type", "speak",
+                                                     "ovos.utterance.handled")] == []
+        assert sat.ask("hello") == ["speak", "ovos.utterance.handled"]
+        assert sat.connected()
+    finally:
+        sat.close()
+    assert make_agent(sat_b.agent_config()).get_response("hello", session_id="b") == \
+        "hello there"
