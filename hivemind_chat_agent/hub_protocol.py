@@ -50,6 +50,7 @@ class HubSettings:
     workers_per_client: int = 4  # engine calls of one access key at once (all its sessions)
     max_queue_per_client: int = 16   # turns of one access key waiting
     session_ttl: float = 3600.0  # a satellite session unseen this long is forgotten
+    max_sessions_per_client: int = 256   # beyond: the client's least recently seen is forgotten
 
     @classmethod
     def from_dict(cls, config: Dict[str, Any]) -> "HubSettings":
@@ -68,12 +69,15 @@ class HubSettings:
                            workers_per_client=int(config.get(
                                "workers_per_client", max(1, int(config.get("workers", 8)) // 2))),
                            max_queue_per_client=int(config.get("max_queue_per_client", 16)),
-                           session_ttl=float(config.get("session_ttl", 3600)))
+                           session_ttl=float(config.get("session_ttl", 3600)),
+                           max_sessions_per_client=int(config.get("max_sessions_per_client",
+                                                                  256)))
         except (TypeError, ValueError) as e:
             raise ConfigurationError(f"invalid number in {PLUGIN_NAME} config: {e}") from None
         if settings.timeout <= 0 or settings.workers < 1 or settings.max_queue < 1 \
                 or settings.max_queue_per_session < 1 or settings.session_ttl <= 0 \
-                or settings.workers_per_client < 1 or settings.max_queue_per_client < 1:
+                or settings.workers_per_client < 1 or settings.max_queue_per_client < 1 \
+                or settings.max_sessions_per_client < 1:
             raise ConfigurationError(f"{PLUGIN_NAME}: timeout and session_ttl must be > 0, "
                                      "workers, max_queue and the per-session and per-client "
                                      "bounds >= 1")
@@ -174,7 +178,7 @@ class ChatAgentProtocol(AgentProtocol):
                  callbacks: Optional[ClientCallbacks] = None, engine: Optional[ChatEngine] = None):
         callbacks = dataclasses.replace(callbacks or ClientCallbacks())   # not the caller's
         core_on_disconnect = callbacks.on_disconnect
-        callbacks.on_disconnect = lambda client: (self._release_peer_aliases(client),
+        callbacks.on_disconnect = lambda client: (self._on_connection_closed(client),
                                                   core_on_disconnect(client))
         super().__init__(config=dict(config or {}), bus=bus or AgentBus(),
                          hm_protocol=hm_protocol, callbacks=callbacks)
@@ -187,7 +191,8 @@ class ChatAgentProtocol(AgentProtocol):
             self.settings.workers, self.settings.max_queue, self.settings.max_queue_per_session,
             max_pending_per_group=self.settings.max_queue_per_client,
             workers_per_group=self.settings.workers_per_client)
-        self.satellites = SatelliteSessions(self.settings.session_ttl)
+        self.satellites = SatelliteSessions(self.settings.session_ttl,
+                                            self.settings.max_sessions_per_client)
         self._satellites_lock = Lock()      # IO loop (touch, disconnect, sweep) vs workers
         self._asides: Dict[str, "_Aside"] = {}   # engine session -> where its speech goes
         self._sweeping = False
@@ -226,8 +231,10 @@ class ChatAgentProtocol(AgentProtocol):
                                        str(sat_session.get("session_id")))
         loop = IOLoop.current()
         with self._satellites_lock:
-            self.satellites.touch(session_id, connection_token(client), peer,
-                                  time.monotonic())
+            evicted = self.satellites.touch(session_id, connection_token(client), peer,
+                                            time.monotonic(), connection_client(client))
+        for old in evicted:
+            self._forget_session(old)
         if not self._sweeping:
             self._sweeping = True
             loop.call_later(self._sweep_interval, self._sweep, loop)
@@ -266,17 +273,21 @@ class ChatAgentProtocol(AgentProtocol):
             self._forget_session(session_id)
         loop.call_later(self._sweep_interval, self._sweep, loop)
 
-    def _release_peer_aliases(self, client) -> None:
-        """IO loop, as the connection goes. hivemind-core 4.0 files a connection under a new
-        peer string at every HELLO and forgets only the last one, so each session id a
-        connection ever declared would keep the whole connection alive. Upstream fix: key
-        `clients` by connection, not peer string."""
+    def _on_connection_closed(self, client) -> None:
+        """IO loop, as the connection goes: its sessions, and its old names in core's table.
+        hivemind-core 4.0 files a connection under a new peer string at every HELLO and
+        forgets only the last one, so each session id a connection ever declared would keep
+        the whole connection alive. Upstream fix: key `clients` by connection."""
         try:
             clients = self.clients
         except Exception:
-            return
+            clients = {}
         for peer in [p for p, c in list(clients.items()) if c is client and p != client.peer]:
             clients.pop(peer, None)
+        with self._satellites_lock:     # by the object: its peer string may be stale
+            gone = self.satellites.closed(connection_token(client))
+        for session_id in gone:
+            self._forget_session(session_id)
 
     def _on_disconnect(self, message: Message) -> None:
         peer = message.context.get("source")

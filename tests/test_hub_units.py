@@ -40,13 +40,15 @@ def test_sessions_expire_after_ttl_and_on_last_disconnect():
 
 def test_a_connection_that_re_hellos_releases_every_session_on_disconnect():
     """hivemind-core's peer string is name::session and changes with each HELLO; the
-    disconnect names only the last one. Everything the connection used is released."""
+    disconnect names only the latest one. Everything the connection used is released, and
+    its old names are not kept meanwhile."""
     book = SatelliteSessions(ttl=3600)
     for i in range(3000):
         book.touch(f"s{i}", "conn-a", f"ua::7::sat::s{i}", now=i)
     book.touch("shared", "conn-a", "ua::7::sat::shared", now=1)
     book.touch("shared", "conn-b", "ua::8::other::shared", now=1)
-    gone = book.disconnected("ua::7::sat::s2999")
+    assert book.peers == 2                          # one name per connection, not 3001
+    gone = book.disconnected("ua::7::sat::shared")  # its latest name, as core reports it
     assert len(gone) == 3000 and "shared" not in gone
     assert len(book) == 1 and book.peers == 1      # only conn-b's name is left
     assert book.disconnected("ua::7::sat::s5") == []   # an old name of a gone connection
@@ -244,3 +246,21 @@ def test_failed_writes_to_a_vanished_satellite_are_consumed():
         loop.close()
         logging.getLogger("asyncio").removeHandler(catcher)
     assert not any("never retrieved" in r for r in reports), reports
+
+
+def test_one_client_keeps_a_bounded_number_of_sessions_and_others_keep_theirs():
+    book = SatelliteSessions(ttl=100, max_per_client=3)
+    assert book.touch("other-1", "conn-o", "peer-o", now=0, client="other") == []
+    evicted = []
+    for i in range(10):
+        evicted += book.touch(f"s{i}", "conn-1", f"peer-1-{i}", now=i, client="flood")
+    assert evicted == [f"s{i}" for i in range(7)]
+    assert [sid for sid in ("s7", "s8", "s9", "other-1") if sid in book] == \
+        ["s7", "s8", "s9", "other-1"]
+    assert book.touch("s7", "conn-1", "peer-1-7", now=20, client="flood") == []   # seen again
+    assert book.touch("s10", "conn-1", "peer-1-10", now=21, client="flood") == ["s8"]
+    assert book.disconnected("peer-1-3") == []          # an old name: only the latest is kept
+    assert book.peers == 2
+    assert sorted(book.closed("conn-1")) == ["s10", "s7", "s9"]
+    assert len(book) == 1 and book.expired(now=200) == ["other-1"] and len(book) == 0
+    assert book._of_client == {}
