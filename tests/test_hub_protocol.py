@@ -452,12 +452,14 @@ def test_a_satellite_vanishing_mid_answer_leaves_no_unretrieved_write_errors(cha
 
 def test_a_re_hello_storm_releases_every_session_at_disconnect():
     """Each HELLO renames the connection in hivemind-core (name::session); the disconnect names
-    only the last one. Every session the connection used is released all the same."""
+    only the last one. Every session the connection used is released all the same, and while
+    it lives the key keeps at most max_sessions_per_client of them."""
     from hivemind_bus_client.message import HiveMessage, HiveMessageType
     from ovos_bus_client.session import SessionManager
     from engines import ScriptEngine
     from hivemind_chat_agent.local_hub import LocalHub
-    protocol = ChatAgentProtocol(config={"engine": "engines:ScriptEngine"},
+    protocol = ChatAgentProtocol(config={"engine": "engines:ScriptEngine",
+                                         "max_sessions_per_client": 25},
                                  engine=ScriptEngine())
     hub = LocalHub(protocol).start()
     try:
@@ -474,12 +476,16 @@ def test_a_re_hello_storm_releases_every_session_at_disconnect():
             client.emit(Message("recognizer_loop:utterance", {"utterances": ["hello"]},
                                 {"session": session}))
             assert handled.wait(5), i
-        assert len(protocol.satellites) == 40
+        assert len(protocol.satellites) == 25       # the key's 25 most recent sessions
         engine_ids = [sid for sid in SessionManager.sessions if sid.endswith(
             tuple(f"-storm-{i}" for i in range(40)))]
+        assert sorted(engine_ids, key=lambda sid: int(sid.rsplit("-", 1)[1])) == [
+            sid for sid in engine_ids if int(sid.rsplit("-", 1)[1]) >= 15] and \
+            len(engine_ids) == 25                     # the 15 oldest were forgotten
         client.close()
         deadline = time.monotonic() + 5
-        while len(protocol.satellites) and time.monotonic() < deadline:
+        while (len(protocol.satellites) or hub.protocol.clients) and \
+                time.monotonic() < deadline:
             time.sleep(0.05)
         assert len(protocol.satellites) == 0 and protocol.satellites.peers == 0
         assert not [sid for sid in engine_ids if sid in SessionManager.sessions]
