@@ -126,6 +126,7 @@ class _HubTurn:
         self.finished = False
         self.spoke = 0
         self.job = None   # its place in the executor's queue
+        self.timer = None   # its rolling timeout on the IO loop
 
     def reply(self, msg_type: str, data: Dict[str, Any]) -> Message:
         ctx = dict(self.message.context)
@@ -145,6 +146,12 @@ class _HubTurn:
                 "meta": {"skill": PLUGIN_NAME}}))
         return True
 
+    def _unwatch(self) -> None:
+        """IO loop: drop the rolling-timeout timer of a finished turn."""
+        if self.timer is not None:
+            self.loop.remove_timeout(self.timer)
+            self.timer = None
+
     def finish(self, failed: bool, why: str = "", reason: str = "") -> bool:
         """End the turn once. A failure carries `reason` ("busy", "engine_error", "timeout",
         "no_text" or "not_understood") and `why` in its data, so the satellite can tell "busy"
@@ -157,6 +164,7 @@ class _HubTurn:
                 self.protocol.deliver(self, self.reply(UNMATCHED_TYPE, {
                     "reason": reason or "not_understood", "message": why}))
             self.protocol.deliver(self, self.reply(HANDLED_TYPE, {}))
+            self.loop.add_callback(self._unwatch)   # its timer would hold it for `timeout`
         if failed and why and reason not in ("", "not_understood"):
             LOG.warning(f"answering {self.peer} with a failure: {why}")
         return True
@@ -256,7 +264,7 @@ class ChatAgentProtocol(AgentProtocol):
             return
         remaining = turn.deadline - time.monotonic()
         if remaining > 0:
-            turn.loop.call_later(remaining, self._watch, turn)
+            turn.timer = turn.loop.call_later(remaining, self._watch, turn)
         elif turn.finish(failed=True, why=f"engine gave no sentence for "
                                           f"{self.settings.timeout:g} s", reason="timeout"):
             self.executor.cancel(turn.session_id, turn.job)   # if it never started
