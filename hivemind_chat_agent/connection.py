@@ -66,10 +66,6 @@ def _garbled(error: Any) -> bool:
                               UnicodeError))
 
 
-def _what(error: Any) -> str:
-    return type(error).__name__
-
-
 @functools.lru_cache(maxsize=1)
 def preferred_ciphers() -> List[str]:
     """AES-GCM first where the CPU has AES instructions, as the library decides, but read from
@@ -564,7 +560,7 @@ class HubConnection:
                 "and port and that hivemind-core is running"))
         elif not self._ready.is_set() and self._opened and _garbled(error):
             self._fail(HubUnreachableError(
-                f"the connection to the hub broke during the handshake ({_what(error)}); the "
+                f"the connection to the hub broke during the handshake ({type(error).__name__}); the "
                 "key was not refused: check the network path to the hub and its log"))
         elif not self._ready.is_set() and self._opened:
             self._on_socket_closed()
@@ -587,7 +583,7 @@ class HubConnection:
                     "the hub closed the connection during the handshake; check the hub's log"))
             return
         self._closed = True
-        self._fail_turns(f"the connection to the hub broke during the turn ({_what(broken)}): "
+        self._fail_turns(f"the connection to the hub broke during the turn ({type(broken).__name__}): "
                          "the stream was corrupted" if broken is not None else
                          "the hub closed the connection during the turn")
 

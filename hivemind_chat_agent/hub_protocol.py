@@ -241,8 +241,7 @@ class ChatAgentProtocol(AgentProtocol):
         with self._satellites_lock:
             evicted = self.satellites.touch(session_id, connection_token(client), peer,
                                             time.monotonic(), connection_client(client))
-        for old in evicted:
-            self._forget_session(old)
+        self._forget_sessions(evicted)
         if not self._sweeping:
             self._sweeping = True
             loop.call_later(self._sweep_interval, self._sweep, loop)
@@ -277,8 +276,7 @@ class ChatAgentProtocol(AgentProtocol):
         """Forget sessions unseen for session_ttl, on an IO-loop timer (no thread)."""
         with self._satellites_lock:
             expired = self.satellites.expired(time.monotonic())
-        for session_id in expired:
-            self._forget_session(session_id)
+        self._forget_sessions(expired)
         loop.call_later(self._sweep_interval, self._sweep, loop)
 
     def _on_connection_closed(self, client) -> None:
@@ -286,23 +284,18 @@ class ChatAgentProtocol(AgentProtocol):
         hivemind-core 4.0 files a connection under a new peer string at every HELLO and
         forgets only the last one, so each session id a connection ever declared would keep
         the whole connection alive. Upstream fix: key `clients` by connection."""
-        try:
-            clients = self.clients
-        except Exception:
-            clients = {}
+        clients = self.clients      # {} before hivemind-core binds the plugin
         for peer in [p for p, c in list(clients.items()) if c is client and p != client.peer]:
             clients.pop(peer, None)
         with self._satellites_lock:     # by the object: its peer string may be stale
             gone = self.satellites.closed(connection_token(client))
-        for session_id in gone:
-            self._forget_session(session_id)
+        self._forget_sessions(gone)
 
     def _on_disconnect(self, message: Message) -> None:
         peer = message.context.get("source")
         with self._satellites_lock:
             gone = self.satellites.disconnected(peer)
-        for session_id in gone:
-            self._forget_session(session_id)
+        self._forget_sessions(gone)
 
     # ---- speech between turns (engines that have it) ----
     def _follow_asides(self, turn: "_HubTurn") -> None:
@@ -345,12 +338,13 @@ class ChatAgentProtocol(AgentProtocol):
         with self._satellites_lock:
             tracked = session_id in self.satellites
         if not tracked:
-            self._forget_session(session_id)
+            self._forget_sessions([session_id])
 
-    def _forget_session(self, session_id: str) -> None:
-        """The satellite session is gone: its engine Session and its speech subscription."""
-        SessionManager.sessions.pop(session_id, None)
-        self._stop_asides(session_id)
+    def _forget_sessions(self, session_ids) -> None:
+        """These satellite sessions are gone: their engine Sessions and speech subscriptions."""
+        for session_id in session_ids:
+            SessionManager.sessions.pop(session_id, None)
+            self._stop_asides(session_id)
 
     def deliver(self, turn: _HubTurn, reply: Message) -> None:
         """Hand a reply to the IO loop (the only thread that may write to a socket)."""
