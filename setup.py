@@ -20,21 +20,21 @@ setup(
     long_description_content_type="text/markdown",
     license="Apache-2.0",
     packages=find_packages(include=["hivemind_chat_agent", "hivemind_chat_agent.*"]),
-    package_data={"hivemind_chat_agent": ["data/*.aiml"]},
+    package_data={"hivemind_chat_agent.bridges": ["data/*.aiml"]},
     python_requires=">=3.9",
     install_requires=requirements("requirements.txt"),
     extras_require={"test": requirements("requirements-test.txt"),
                     "bench": requirements("requirements-bench.txt")},
     entry_points={
         "opm.agents.chat": [
-            "hivemind-chat-agent=hivemind_chat_agent.agent:HiveMindChatAgent",
-            "hivemind-chat-demo-aiml=hivemind_chat_agent.demo_engine:AIMLChatEngine",
+            "hivemind-chat-agent=hivemind_chat_agent.client.agent:HiveMindChatAgent",
+            "hivemind-chat-demo-aiml=hivemind_chat_agent.bridges.demo_engine:AIMLChatEngine",
         ],
         "console_scripts": [
-            "hivemind-chat=hivemind_chat_agent.cli:main",
+            "hivemind-chat=hivemind_chat_agent.bridges.cli:main",
         ],
         "hivemind.agent.protocol": [
-            "hivemind-chat-agent-plugin=hivemind_chat_agent.hub_protocol:ChatAgentProtocol",
+            "hivemind-chat-agent-plugin=hivemind_chat_agent.hub.protocol:ChatAgentProtocol",
         ],
     },
     classifiers=["Programming Language :: Python :: 3"],   # license: the SPDX field above

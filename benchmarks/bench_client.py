@@ -31,7 +31,7 @@ from ovos_bus_client.session import Session  # noqa: E402
 from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole  # noqa: E402
 
 from hivemind_chat_agent import HiveMindChatAgent, HiveMindChatError  # noqa: E402
-from hivemind_chat_agent.connection import HubConnection  # noqa: E402
+from hivemind_chat_agent.client.connection import HubConnection  # noqa: E402
 
 ROWS = []
 

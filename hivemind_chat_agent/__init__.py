@@ -1,7 +1,7 @@
 """Chat with a remote OVOS hub over HiveMind (client ChatEngine) and serve HiveMind satellites
 with any chat engine (hub-side agent protocol)."""
-from hivemind_chat_agent.agent import HiveMindChatAgent
-from hivemind_chat_agent.hub_protocol import ChatAgentProtocol
+from hivemind_chat_agent.client.agent import HiveMindChatAgent
+from hivemind_chat_agent.hub.protocol import ChatAgentProtocol
 from hivemind_chat_agent.errors import (AccessKeyRejectedError, AgentClosedError,
                                         AuthenticationError, ConfigurationError,
                                         ConnectionLostError, HandshakeTimeoutError,

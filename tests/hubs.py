@@ -12,7 +12,7 @@ import tempfile
 import threading
 import time
 
-from hivemind_chat_agent.local_hub import HubCredentials, hub_environment, write_server_config
+from hivemind_chat_agent.bridges.local_hub import HubCredentials, hub_environment, write_server_config
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 HUB_CLI = os.path.join(os.path.dirname(sys.executable), "hivemind-core")

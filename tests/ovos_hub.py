@@ -166,7 +166,7 @@ class OVOSHub:
 
     def add_client(self, name=None):
         """Register a client with hivemind-core's own CLI, as an operator would."""
-        from hivemind_chat_agent.local_hub import HubCredentials
+        from hivemind_chat_agent.bridges.local_hub import HubCredentials
         name = name or f"test-{secrets.token_hex(3)}"
         key, password = secrets.token_hex(16), secrets.token_hex(16)
         subprocess.run([self._bin("hivemind-core"), "add-client", "--name", name,

@@ -244,5 +244,5 @@ class PipelineAgent(AgentProtocol):
 
 
 def start_hub(home=None, port=0):
-    from hivemind_chat_agent.local_hub import LocalHub
+    from hivemind_chat_agent.bridges.local_hub import LocalHub
     return LocalHub(PipelineAgent(), home=home, port=port).start()

@@ -8,7 +8,7 @@ from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
 
 from conftest import agent_threads
 from hivemind_chat_agent import HiveMindChatAgent, TurnTimeoutError
-from hivemind_chat_agent.config import default_session_id_for
+from hivemind_chat_agent.client.config import default_session_id_for
 
 
 def user(text):

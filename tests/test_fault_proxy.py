@@ -13,8 +13,8 @@ from fault_proxy import FaultProxy
 from hivemind_chat_agent import (AuthenticationError, ConnectionLostError,
                                  HandshakeTimeoutError, HiveMindChatError, HubUnreachableError,
                                  TurnTimeoutError)
-from hivemind_chat_agent.connection import HubConnection
-from hivemind_chat_agent.protocol_names import TURN_TAG_KEY
+from hivemind_chat_agent.client.connection import HubConnection
+from hivemind_chat_agent.core.protocol_names import TURN_TAG_KEY
 
 COUNT_3 = ["sentence 1", "sentence 2", "sentence 3"]
 

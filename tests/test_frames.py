@@ -5,7 +5,7 @@ from hivemind_bus_client.encryption import encrypt_as_json, encrypt_bin
 from hivemind_bus_client.message import HiveMessage, HiveMessageType
 from ovos_bus_client.message import Message
 
-from hivemind_chat_agent.frames import Verdict, open_frame
+from hivemind_chat_agent.core.frames import Verdict, open_frame
 
 KEY = b"0123456789abcdef"
 CIPHER, ENCODING = "AES-GCM", "JSON-B64"

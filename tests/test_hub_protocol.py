@@ -14,7 +14,7 @@ from ovos_bus_client.session import Session
 from hubs import HubProcess
 from hivemind_chat_agent import ChatAgentProtocol, HiveMindChatAgent, HubBusyError
 from hivemind_chat_agent.errors import ConfigurationError
-from hivemind_chat_agent.satellites import engine_session_id, hub_secret
+from hivemind_chat_agent.core.satellites import engine_session_id, hub_secret
 
 
 def session_on(hub, key, declared):
@@ -457,7 +457,7 @@ def test_a_re_hello_storm_releases_every_session_at_disconnect():
     from hivemind_bus_client.message import HiveMessage, HiveMessageType
     from ovos_bus_client.session import SessionManager
     from engines import ScriptEngine
-    from hivemind_chat_agent.local_hub import LocalHub
+    from hivemind_chat_agent.bridges.local_hub import LocalHub
     protocol = ChatAgentProtocol(config={"engine": "engines:ScriptEngine",
                                          "max_sessions_per_client": 25},
                                  engine=ScriptEngine())

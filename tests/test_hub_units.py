@@ -4,8 +4,8 @@ import time
 
 import pytest
 
-from hivemind_chat_agent.satellites import SatelliteSessions, engine_session_id, hub_secret
-from hivemind_chat_agent.serial_executor import KeyedSerialExecutor, QueueFull
+from hivemind_chat_agent.core.satellites import SatelliteSessions, engine_session_id, hub_secret
+from hivemind_chat_agent.hub.serial_executor import KeyedSerialExecutor, QueueFull
 
 
 def test_engine_session_ids_are_namespaced_stable_keyless_and_unguessable(tmp_path):
@@ -211,7 +211,7 @@ def test_failed_writes_to_a_vanished_satellite_are_consumed():
     import asyncio
     import gc
     import logging
-    from hivemind_chat_agent.hub_protocol import write_frame
+    from hivemind_chat_agent.hub.protocol import write_frame
 
     class Handler:
         def write_message(self, frame, binary):

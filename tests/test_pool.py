@@ -2,9 +2,9 @@
 import pytest
 from ovos_bus_client.session import Session
 
-from hivemind_chat_agent.config import ClientConfig
+from hivemind_chat_agent.client.config import ClientConfig
 from hivemind_chat_agent.errors import AgentClosedError
-from hivemind_chat_agent.pool import ConnectionPool
+from hivemind_chat_agent.client.pool import ConnectionPool
 
 
 class FakeConnection:

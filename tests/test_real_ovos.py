@@ -18,7 +18,7 @@ import pytest
 
 from ovos_hub import RESPONSE_WINDOW, OVOSHub
 
-from hivemind_chat_agent.cli import main as cli_main  # noqa: F401  (the CLI imports cleanly)
+from hivemind_chat_agent.bridges.cli import main as cli_main  # noqa: F401  (the CLI imports cleanly)
 
 
 @pytest.fixture(scope="module")
@@ -188,7 +188,7 @@ def test_the_hubs_pipeline_is_used_not_the_clients(ovos, ovos_creds, make_agent)
 def cli(creds, *args, state):
     env = {**os.environ, "XDG_STATE_HOME": state}
     return subprocess.run(
-        [sys.executable, "-m", "hivemind_chat_agent.cli", "--host", creds.host,
+        [sys.executable, "-m", "hivemind_chat_agent.bridges.cli", "--host", creds.host,
          "--port", str(creds.port), "--key", creds.key, "--password", creds.password,
          "--json", *args], env=env, capture_output=True, text=True, timeout=120)
 

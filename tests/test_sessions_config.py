@@ -2,9 +2,9 @@
 import pytest
 from ovos_bus_client.session import Session, SessionManager
 
-from hivemind_chat_agent.config import ClientConfig, default_session_id_for
+from hivemind_chat_agent.client.config import ClientConfig, default_session_id_for
 from hivemind_chat_agent.errors import ConfigurationError
-from hivemind_chat_agent.sessions import SessionBook
+from hivemind_chat_agent.core.sessions import SessionBook
 
 BASE = {"host": "127.0.0.1", "key": "k" * 32, "password": "p" * 32}
 
@@ -75,15 +75,15 @@ def test_response_mode_only_takes_which_skills_listen_and_nothing_older():
     SessionManager.sessions.pop("sb-r", None)
     current = book.for_turn("sb-r")
     current.activate_skill("newer.skill")
-    old = Session("sb-r", utterance_states={"alarm.skill": "intent"})
+    old = Session("sb-r", utterance_states={"alarm.skill": "response"})
     assert book.absorb("sb-r", old.serialize(), response_mode_only=True)
     now = SessionManager.sessions["sb-r"]
-    assert now is current and now.active_skills[0][0] == "newer.skill"
-    assert now.utterance_states["alarm.skill"] == "intent"
+    assert now.active_skills[0][0] == "newer.skill"
+    assert now.utterance_states["alarm.skill"] == "response"
 
 
 def test_store_continues_a_conversation_in_a_new_process_and_is_private_per_client(tmp_path):
-    from hivemind_chat_agent.session_store import SessionStore
+    from hivemind_chat_agent.client.session_store import SessionStore
     store = SessionStore(str(tmp_path), "127.0.0.1", 5678, "key-a")
     book = SessionBook("d", store=store)
     SessionManager.sessions.pop("sb-s", None)
@@ -107,7 +107,7 @@ def test_store_continues_a_conversation_in_a_new_process_and_is_private_per_clie
 def test_store_is_bounded_in_count_and_age(tmp_path):
     import os
     import time
-    from hivemind_chat_agent.session_store import SessionStore
+    from hivemind_chat_agent.client.session_store import SessionStore
     store = SessionStore(str(tmp_path), "h", 1, "k", max_sessions=5, ttl=3600)
     for i in range(12):
         store.save(f"s{i}", {"session_id": f"s{i}"})
@@ -173,7 +173,7 @@ def test_sessions_in_memory_are_bounded_and_go_to_the_store(tmp_path):
     """ovos-bus-client's SessionManager keeps every Session forever; the book forgets the
     least recently used past max_sessions and the idle ones, keeping those in use, and a
     forgotten conversation continues from the store."""
-    from hivemind_chat_agent.session_store import SessionStore
+    from hivemind_chat_agent.client.session_store import SessionStore
     now = [0.0]
     store = SessionStore(str(tmp_path), "h", 1, "k")
     book = SessionBook("d", store=store, max_sessions=5, idle_ttl=100, clock=lambda: now[0])

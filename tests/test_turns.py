@@ -1,8 +1,8 @@
 """Turn tracking and reply parsing, without sockets."""
 import pytest
 
-from hivemind_chat_agent.replies import MAX_UTTERANCE_CHARS, ReplyKind, parse_reply
-from hivemind_chat_agent.turns import Absorb, Ended, Sentence, Turn, TurnState, TurnTable
+from hivemind_chat_agent.core.replies import MAX_UTTERANCE_CHARS, ReplyKind, parse_reply
+from hivemind_chat_agent.core.turns import Absorb, Ended, Sentence, Turn, TurnState, TurnTable
 
 
 def ctx(sid="s1", tag="t1"):

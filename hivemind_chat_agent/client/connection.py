@@ -39,17 +39,17 @@ from poorman_handshake import PasswordHandShake
 from websocket import WebSocketPayloadException, WebSocketProtocolException
 
 from hivemind_chat_agent import background, leak_free_codecs
-from hivemind_chat_agent.config import ClientConfig
+from hivemind_chat_agent.client.config import ClientConfig
 from hivemind_chat_agent.errors import (AccessKeyRejectedError, AuthenticationError,
                                         ConnectionLostError, HandshakeTimeoutError,
                                         HiveMindChatError, HubUnreachableError,
                                         ReplyTooLargeError, WrongPasswordError)
-from hivemind_chat_agent.frames import Opened, Verdict, open_frame
-from hivemind_chat_agent.protocol_names import (AUDIO_OUTPUT_END_TYPE, TURN_TAG_KEY,
+from hivemind_chat_agent.core.frames import Opened, Verdict, open_frame
+from hivemind_chat_agent.core.protocol_names import (AUDIO_OUTPUT_END_TYPE, TURN_TAG_KEY,
                                                 UTTERANCE_TYPE)
-from hivemind_chat_agent.replies import ReplyKind, parse_reply
-from hivemind_chat_agent.sessions import SessionBook
-from hivemind_chat_agent.turns import Absorb, Event, Turn, TurnTable
+from hivemind_chat_agent.core.replies import ReplyKind, parse_reply
+from hivemind_chat_agent.core.sessions import SessionBook
+from hivemind_chat_agent.core.turns import Absorb, Event, Turn, TurnTable
 
 # Fastest first; the hub picks the first one its config allows.
 _ENCODINGS = [SupportedEncodings.JSON_B64, SupportedEncodings.JSON_URLSAFE_B64,

@@ -30,11 +30,12 @@ from ovos_utils.xdg_utils import xdg_data_home
 
 from hivemind_chat_agent import leak_free_codecs
 from hivemind_chat_agent.errors import ConfigurationError
-from hivemind_chat_agent.protocol_names import (HANDLED_TYPE, SPEAK_TYPE, UNMATCHED_TYPE,
+from hivemind_chat_agent.core.protocol_names import (HANDLED_TYPE, SPEAK_TYPE, UNMATCHED_TYPE,
                                                 UTTERANCE_TYPES)
-from hivemind_chat_agent.agent_bus import AgentBus
-from hivemind_chat_agent.satellites import SatelliteSessions, engine_session_id, hub_secret
-from hivemind_chat_agent.serial_executor import KeyedSerialExecutor, QueueFull
+from hivemind_chat_agent.hub.agent_bus import AgentBus
+from hivemind_chat_agent.core.satellites import SatelliteSessions, engine_session_id, hub_secret
+from hivemind_chat_agent.core.sessions import register
+from hivemind_chat_agent.hub.serial_executor import KeyedSerialExecutor, QueueFull
 
 PLUGIN_NAME = "hivemind-chat-agent-plugin"
 
@@ -371,7 +372,7 @@ class ChatAgentProtocol(AgentProtocol):
         sess = Session.deserialize(conversation_for_turn(
             turn.satellite_session, turn.session_id,
             SessionManager.sessions.get(turn.session_id)))
-        SessionManager.update(sess)
+        register(sess)
         try:
             self._follow_asides(turn)
             self._converse(turn, sess)
@@ -536,7 +537,8 @@ def watch_frames() -> None:
 
 # What skills change between turns: the hub keeps it for each satellite session, because a
 # minimal satellite (firmware, a script, a web page) sends only its id and language every turn.
-CONVERSATION_FIELDS = ("active_skills", "utterance_states", "context")
+CONVERSATION_FIELDS = ("active_skills", "utterance_states", "context", "active_handlers",
+                       "response_mode")   # the last two: ovos-bus-client 2.x names
 
 
 def conversation_for_turn(declared: Dict[str, Any], session_id: str,

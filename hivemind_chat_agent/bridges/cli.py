@@ -291,7 +291,7 @@ def _agent_config(args) -> dict:
     config["timeout"] = args.timeout
     config["useragent"] = "hivemind-chat-cli"
     if not args.no_store:
-        from hivemind_chat_agent.session_store import default_store_dir
+        from hivemind_chat_agent.client.session_store import default_store_dir
         config["session_store"] = default_store_dir()
     return config
 
@@ -320,10 +320,10 @@ def run_chat(agent, args, out: Output) -> int:
 
 
 def run_demo(args, out: Output) -> int:
-    from hivemind_chat_agent.agent import HiveMindChatAgent
-    from hivemind_chat_agent.demo_engine import AIMLChatEngine
-    from hivemind_chat_agent.hub_protocol import ChatAgentProtocol
-    from hivemind_chat_agent.local_hub import LocalHub
+    from hivemind_chat_agent.client.agent import HiveMindChatAgent
+    from hivemind_chat_agent.bridges.demo_engine import AIMLChatEngine
+    from hivemind_chat_agent.hub.protocol import ChatAgentProtocol
+    from hivemind_chat_agent.bridges.local_hub import LocalHub
     out.info("Starting an embedded hivemind-core hub on 127.0.0.1 with the ALICE AIML chatbot…")
     engine = AIMLChatEngine({"bot_name": "HiveMind demo"})
     protocol = ChatAgentProtocol(config={"engine": "hivemind-chat-demo-aiml"}, engine=engine)
@@ -357,7 +357,7 @@ def main(argv=None) -> int:
     try:
         if demo:
             return run_demo(args, out)
-        from hivemind_chat_agent.agent import HiveMindChatAgent
+        from hivemind_chat_agent.client.agent import HiveMindChatAgent
         agent = HiveMindChatAgent(_agent_config(args))
         try:
             return run_chat(agent, args, out)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Dict, List, Optional, Tuple, Union
 
-from hivemind_chat_agent.replies import Reply, ReplyKind
+from hivemind_chat_agent.core.replies import Reply, ReplyKind
 
 
 class TurnState(str, Enum):

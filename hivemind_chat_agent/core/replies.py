@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Mapping, Optional, Tuple
 
-from hivemind_chat_agent.protocol_names import (ANSWER_TAKEN_SUFFIX, CANCELLED_TYPES,
+from hivemind_chat_agent.core.protocol_names import (ANSWER_TAKEN_SUFFIX, CANCELLED_TYPES,
                                                 HANDLED_TYPES, QUESTION_OPEN_TYPE, SPEAK_TYPES,
                                                 TURN_TAG_KEY, UNMATCHED_TYPES)
 

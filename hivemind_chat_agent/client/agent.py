@@ -9,16 +9,16 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional
 from ovos_plugin_manager.templates.agents import AgentMessage, ChatEngine, MessageRole
 from ovos_utils.log import LOG
 
-from hivemind_chat_agent.config import ClientConfig
-from hivemind_chat_agent.connection import HubConnection, TurnHandle, preferred_ciphers
+from hivemind_chat_agent.client.config import ClientConfig
+from hivemind_chat_agent.client.connection import HubConnection, TurnHandle, preferred_ciphers
 from hivemind_chat_agent.errors import (AgentClosedError, ConnectionLostError,
                                         HiveMindChatError, HubBusyError, HubEngineError,
                                         ReplyTooLargeError, TurnTimeoutError)
-from hivemind_chat_agent.pool import ConnectionPool
-from hivemind_chat_agent.session_store import SessionStore
-from hivemind_chat_agent.sessions import SessionBook
-from hivemind_chat_agent.subscriptions import Subscribers, Subscription
-from hivemind_chat_agent.turns import Ended, Sentence, TurnState
+from hivemind_chat_agent.client.pool import ConnectionPool
+from hivemind_chat_agent.client.session_store import SessionStore
+from hivemind_chat_agent.core.sessions import SessionBook
+from hivemind_chat_agent.client.subscriptions import Subscribers, Subscription
+from hivemind_chat_agent.core.turns import Ended, Sentence, TurnState
 
 
 class _SessionLock:

@@ -12,9 +12,9 @@ from ovos_bus_client.session import Session
 from ovos_utils.log import LOG
 
 from hivemind_chat_agent import background
-from hivemind_chat_agent.churn_gate import ChurnGate
-from hivemind_chat_agent.config import ClientConfig
-from hivemind_chat_agent.connection import HubConnection
+from hivemind_chat_agent.core.churn_gate import ChurnGate
+from hivemind_chat_agent.client.config import ClientConfig
+from hivemind_chat_agent.client.connection import HubConnection
 from hivemind_chat_agent.errors import AgentClosedError
 
 

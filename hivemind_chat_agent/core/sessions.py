@@ -12,7 +12,22 @@ from typing import Any, Callable, Collection, Dict, Mapping, Optional, Set
 from ovos_bus_client.session import Session, SessionManager
 from ovos_utils.log import LOG
 
-from hivemind_chat_agent.session_store import SessionStore
+from hivemind_chat_agent.client.session_store import SessionStore
+
+
+def register(sess: Session) -> Session:
+    """Keep `sess` in `SessionManager.sessions` under its id. ovos-bus-client 1.x did this in
+    `SessionManager.update`; 2.x (OVOS-SESSION-2) keeps only the default session there and
+    treats named ones as carried by each message, so the registry is written directly: the
+    agents, personas and skills in this process still find a conversation's Session by id."""
+    with SessionManager._lock:
+        SessionManager.sessions[sess.session_id] = sess
+    return sess
+
+
+# Which skills wait for the user's answer: ovos-bus-client 1.x sends `utterance_states`, 2.x
+# `response_mode` as well (OVOS-CONVERSE-1), and reads either.
+RESPONSE_MODE_FIELDS = ("utterance_states", "response_mode")
 
 # Shapes of the serialized Session fields the pipeline reads; a reply that breaks them is not
 # stored (Session.deserialize would take it and fail later, in some skill, on the next turn).
@@ -24,7 +39,8 @@ _FIELD_TYPES = {
 }
 
 # The conversation itself: what skills change and the next turn must carry back.
-CONVERSATION_FIELDS = ("session_id", "active_skills", "utterance_states", "context")
+CONVERSATION_FIELDS = ("session_id", "active_skills", "utterance_states", "context",
+                       "active_handlers", "response_mode")   # the last two: OVOS-SESSION-2
 # The hub's policy and live state: sent only where the caller set them. A Session built on the
 # client fills these from the client machine's defaults (its pipeline names matchers the hub
 # may not have; its blacklist is the client's), and ovos-core would obey them.
@@ -72,7 +88,7 @@ class SessionBook:
             caller["lang"] = sess.lang = lang
         if units:
             caller["system_unit"] = sess.system_unit = units
-        SessionManager.update(sess)
+        register(sess)
         self._used[session_id] = self._clock()
         self._used.move_to_end(session_id)
         return sess
@@ -144,7 +160,11 @@ class SessionBook:
             current = SessionManager.sessions.get(session_id)
             if current is None:
                 return False
-            current.utterance_states.update(sess.utterance_states)
+            merged = current.serialize()   # ovos-bus-client 2.x derives utterance_states
+            for key in RESPONSE_MODE_FIELDS:   # from response_mode: copy both, as sent
+                if key in data:
+                    merged[key] = data[key]
+            SessionManager.sessions[session_id] = Session.deserialize(merged)
             return True
         SessionManager.sessions[session_id] = sess
         self._from_hub.add(session_id)
