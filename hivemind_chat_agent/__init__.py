@@ -8,10 +8,13 @@ from hivemind_chat_agent.errors import (AccessKeyRejectedError, AgentClosedError
                                         HiveMindChatError, HubBusyError, HubEngineError,
                                         HubUnreachableError,
                                         ReplyTooLargeError, TurnTimeoutError,
-                                        WrongPasswordError)
+                                        WrongPasswordError, UnsupportedHubError,
+                                        ClientKeyRefusedError, HubKeyChangedError,
+                                        PolicyDeniedError)
 
 __all__ = ["HiveMindChatAgent", "ChatAgentProtocol", "HiveMindChatError", "ConfigurationError",
            "HubUnreachableError", "AuthenticationError", "AccessKeyRejectedError",
            "WrongPasswordError", "HandshakeTimeoutError", "ConnectionLostError",
            "TurnTimeoutError", "AgentClosedError", "ReplyTooLargeError",
-           "HubBusyError", "HubEngineError"]
+           "HubBusyError", "HubEngineError", "UnsupportedHubError", "ClientKeyRefusedError",
+           "HubKeyChangedError", "PolicyDeniedError"]

@@ -55,3 +55,19 @@ class HubBusyError(HiveMindChatError):
 
 class HubEngineError(HiveMindChatError):
     """The hub's chat engine failed or went silent on this turn."""
+
+
+class UnsupportedHubError(HiveMindChatError):
+    """The hub speaks a HiveMind protocol version or handshake this install does not."""
+
+
+class ClientKeyRefusedError(AuthenticationError):
+    """A 5.x hub refused this client's Noise static key: it pinned another one for the key."""
+
+
+class HubKeyChangedError(AuthenticationError):
+    """The hub's Noise static key is not the one this client pinned at its first connection."""
+
+
+class PolicyDeniedError(HiveMindChatError):
+    """The hub's message policy does not allow this client to send the utterance's topic."""

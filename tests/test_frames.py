@@ -1,4 +1,5 @@
-"""The frame gate, without sockets: nothing unencrypted or unauthenticated is ever read."""
+"""The frame gate with a 4.x (password) channel, without sockets: nothing unencrypted or
+unauthenticated is ever read. The 5.x (Noise) channel: tests/test_handshakes.py."""
 import json
 
 from hivemind_bus_client.encryption import encrypt_as_json, encrypt_bin
@@ -6,6 +7,7 @@ from hivemind_bus_client.message import HiveMessage, HiveMessageType
 from ovos_bus_client.message import Message
 
 from hivemind_chat_agent.core.frames import Verdict, open_frame
+from hivemind_chat_agent.core.handshake_password import PasswordChannel
 
 KEY = b"0123456789abcdef"
 CIPHER, ENCODING = "AES-GCM", "JSON-B64"
@@ -21,7 +23,7 @@ def sealed(plain, key=KEY):
 
 
 def opened(raw, key=KEY, limit=1 << 20):
-    return open_frame(raw, key, CIPHER, ENCODING, limit)
+    return open_frame(raw, PasswordChannel(key, CIPHER, ENCODING) if key else None, limit)
 
 
 def test_ciphertext_under_the_session_key_is_read():

@@ -10,7 +10,9 @@ from ovos_plugin_manager.templates.agents import AgentMessage, ChatEngine, Messa
 from ovos_utils.log import LOG
 
 from hivemind_chat_agent.client.config import ClientConfig
-from hivemind_chat_agent.client.connection import HubConnection, TurnHandle, preferred_ciphers
+from hivemind_chat_agent.client.connection import HubConnection, TurnHandle
+from hivemind_chat_agent.client.transport import preferred_ciphers
+from hivemind_chat_agent.core.refusals import UtteranceTopic
 from hivemind_chat_agent.errors import (AgentClosedError, ConnectionLostError,
                                         HiveMindChatError, HubBusyError, HubEngineError,
                                         ReplyTooLargeError, TurnTimeoutError)
@@ -47,8 +49,9 @@ class HiveMindChatAgent(ChatEngine):
                                     max_sessions=cfg.max_sessions,
                                     idle_ttl=cfg.session_idle_ttl)
         self.subscribers = Subscribers()
+        self.topic = UtteranceTopic(cfg.utterance_topic)   # learnt once per hub, for all
         self.pool = ConnectionPool(cfg, factory=lambda config, session: HubConnection(
-            config, session, self.sessions, self.subscribers.deliver))
+            config, session, self.sessions, self.subscribers.deliver, topic=self.topic))
         self._locks: "weakref.WeakValueDictionary[str, _SessionLock]" = \
             weakref.WeakValueDictionary()
         self._locks_guard = threading.Lock()
@@ -190,6 +193,8 @@ class HiveMindChatAgent(ChatEngine):
                 f"the hub accepted the utterance but sent no answer within "
                 f"{self.settings.timeout:g} s; raise `timeout` or check that the hub's skills "
                 "or engine are running")
+        if state is TurnState.LOST and handle.error is not None:   # the hub refused it
+            raise handle.error
         if state is TurnState.LOST and event.kind == "too_large":
             raise ReplyTooLargeError(event.reason)
         if state is TurnState.LOST and event.kind == "tampered":

@@ -3,6 +3,8 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional
 
+from hivemind_chat_agent.client.noise_keys import default_key_dir
+from hivemind_chat_agent.core.refusals import UTTERANCE_TOPICS
 from hivemind_chat_agent.errors import ConfigurationError
 
 DEFAULT_PORT = 5678
@@ -32,6 +34,8 @@ class ClientConfig:
     max_frame_bytes: int = 1 << 20  # a larger frame from the hub closes the connection unread
     max_sessions: int = 10_000      # conversations kept in memory (least recently used first)
     session_idle_ttl: float = 3600.0   # a conversation idle this long leaves memory
+    utterance_topic: Optional[str] = None   # None: whichever of the two the hub allows
+    noise_key_dir: str = ""         # this client's Noise static keys and the hubs' pinned keys
 
     @property
     def url_host(self) -> str:
@@ -81,6 +85,13 @@ class ClientConfig:
                                      "session_store_max >= 1, churn_guard >= 0, "
                                      "max_frame_bytes >= 4096, max_sessions >= 1, "
                                      "session_idle_ttl > 0")
+        topic = config.get("utterance_topic") or None
+        if topic is not None and topic not in UTTERANCE_TOPICS:
+            raise ConfigurationError(f"utterance_topic must be one of {list(UTTERANCE_TOPICS)} "
+                                     "(or absent: whichever the hub allows)")
+        key_dir = config.get("noise_key_dir") or default_key_dir()
+        if not isinstance(key_dir, str):
+            raise ConfigurationError("noise_key_dir must be a directory path (or absent)")
         store = config.get("session_store")
         if store is not None and not isinstance(store, str):
             raise ConfigurationError("session_store must be a directory path (or absent)")
@@ -99,7 +110,8 @@ class ClientConfig:
                    session_store_max=store_max, session_store_ttl=store_ttl,
                    plays_audio=bool(config.get("plays_audio", False)),
                    churn_guard=churn_guard, max_frame_bytes=max_frame,
-                   max_sessions=max_sessions, session_idle_ttl=idle_ttl)
+                   max_sessions=max_sessions, session_idle_ttl=idle_ttl,
+                   utterance_topic=topic, noise_key_dir=key_dir)
 
 
 def default_session_id_for(access_key: str) -> str:

@@ -17,294 +17,40 @@ Like a satellite, it reports `recognizer_loop:audio_output_end` for every senten
 (at once: it has no speaker), because skills that speak with wait=True block until then; a
 caller that plays the audio itself sets `plays_audio` and reports through the agent.
 """
-import functools
 import queue
 import socket
-import ssl
-import uuid
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional
+import uuid
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import pybase64
-from hivemind_bus_client.client import HiveMessageBusClient
-from hivemind_bus_client.encryption import SupportedCiphers, SupportedEncodings, encrypt_as_json
 from hivemind_bus_client.identity import NodeIdentity
 from hivemind_bus_client.message import HiveMessage, HiveMessageType
-from hivemind_bus_client.util import serialize_message
 from ovos_bus_client.message import Message
 from ovos_bus_client.session import Session, SessionManager
 from ovos_utils.log import LOG
-from poorman_handshake import PasswordHandShake
-from websocket import WebSocketPayloadException, WebSocketProtocolException
+from websocket import WebSocketConnectionClosedException
 
-from hivemind_chat_agent import background, leak_free_codecs
+from hivemind_chat_agent import background
 from hivemind_chat_agent.client.config import ClientConfig
-from hivemind_chat_agent.errors import (AccessKeyRejectedError, AuthenticationError,
-                                        ConnectionLostError, HandshakeTimeoutError,
-                                        HiveMindChatError, HubUnreachableError,
-                                        ReplyTooLargeError, WrongPasswordError)
-from hivemind_chat_agent.core.frames import Opened, Verdict, open_frame
-from hivemind_chat_agent.core.protocol_names import (AUDIO_OUTPUT_END_TYPE, TURN_TAG_KEY,
-                                                UTTERANCE_TYPE)
+from hivemind_chat_agent.client.noise_keys import NoiseKeyring
+from hivemind_chat_agent.client.transport import (ENCODINGS, IdentityInMemory, NullBus,
+                                                  TLSFailed, Transport, garbled,
+                                                  preferred_ciphers)
+from hivemind_chat_agent.core.frames import Opened, Verdict
+from hivemind_chat_agent.core.handshake import ExchangeInputs, KeyExchange, choose
+from hivemind_chat_agent.core.protocol_names import AUDIO_OUTPUT_END_TYPE, TURN_TAG_KEY
+from hivemind_chat_agent.core.refusals import (POLICY_DENIED_TYPE, UtteranceTopic,
+                                               denial_error, read_denial,
+                                               refusal_after_noise_handshake,
+                                               refusal_from_close)
 from hivemind_chat_agent.core.replies import ReplyKind, parse_reply
 from hivemind_chat_agent.core.sessions import SessionBook
 from hivemind_chat_agent.core.turns import Absorb, Event, Turn, TurnTable
-
-# Fastest first; the hub picks the first one its config allows.
-_ENCODINGS = [SupportedEncodings.JSON_B64, SupportedEncodings.JSON_URLSAFE_B64,
-              SupportedEncodings.JSON_B91, SupportedEncodings.JSON_Z85B,
-              SupportedEncodings.JSON_Z85P, SupportedEncodings.JSON_B32,
-              SupportedEncodings.JSON_HEX]
-leak_free_codecs.install()   # a hub that picks JSON-B91/Z85 must not leak every frame here
-
-
-def _garbled(error: Any) -> bool:
-    """Did websocket-client give up on the bytes (bad UTF-8, broken framing) rather than see
-    the peer close? Then nobody refused anything: the stream was corrupted on the way."""
-    return isinstance(error, (WebSocketPayloadException, WebSocketProtocolException,
-                              UnicodeError))
-
-
-@functools.lru_cache(maxsize=1)
-def preferred_ciphers() -> List[str]:
-    """AES-GCM first where the CPU has AES instructions, as the library decides, but read from
-    /proc/cpuinfo once instead of running cpuinfo (about 1.1 s) on every connection."""
-    aes = True
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith(("flags", "Features")):
-                    aes = "aes" in line.split(":", 1)[1].split()
-                    break
-    except OSError:
-        pass
-    order = [SupportedCiphers.AES_GCM, SupportedCiphers.CHACHA20_POLY1305]
-    return [c.value for c in (order if aes else order[::-1])]
-
-
-_QUICKACK = getattr(socket, "TCP_QUICKACK", None)   # Linux only
-
-
-class _NullBus:
-    """The library mirrors every BUS message onto an internal bus; we take replies directly."""
-
-    def __init__(self, session_id: str):
-        self.session_id = session_id
-
-    def emit(self, *_args, **_kwargs):
-        pass
-
-    def on(self, *_args, **_kwargs):
-        pass
-
-    def remove(self, *_args, **_kwargs):
-        pass
-
-
-class _IdentityInMemory(dict):
-    """Keeps a connection's credentials out of ~/.config/hivemind/_identity.json."""
-    path = ""
-
-
-class _Transport(HiveMessageBusClient):
-    """HiveMessageBusClient with its callbacks pointed at a `HubConnection` and no reconnect loop."""
-
-    def __init__(self, owner: "HubConnection", **kwargs):
-        self._owner = owner
-        self._pending_raw: Optional[socket.socket] = None
-        self._stopped = False
-        super().__init__(**kwargs)
-
-    # The library's connect(), wait_for_handshake() and emit() are never called, so neither are
-    # its connected/handshake events kept here: HubConnection tracks that state itself.
-    def on_open(self, *_args):
-        self._bound_frames()
-        self._owner._on_open()
-
-    def _bound_frames(self):
-        """Refuse a frame by its header, before reading it: websocket-client would otherwise
-        buffer any length the hub announces (a 50 MB frame cost 65-122 MB), and the same for
-        a message split into continuation frames."""
-        ws = self.client.sock
-        buffer, cont = getattr(ws, "frame_buffer", None), getattr(ws, "cont_frame", None)
-        if buffer is None or cont is None:
-            return
-        limit = self._owner.config.max_frame_bytes
-        read_length = buffer.recv_length
-
-        def bounded_length():
-            read_length()
-            pending = len(cont.cont_data[1]) if cont.cont_data else 0
-            if (buffer.length or 0) + pending > limit:
-                raise _FrameTooLarge(buffer.length + pending)
-        buffer.recv_length = bounded_length
-
-    def on_error(self, *args):
-        self.crypto_key = None
-        error = args[-1] if args else None
-        if isinstance(error, _FrameTooLarge):
-            self._owner._on_untrusted(Opened(Verdict.TOO_LARGE, why=str(error)))
-            return
-        self._owner._on_socket_error(error)
-
-    def on_close(self, *_args):
-        self.crypto_key = None
-        self._owner._on_socket_closed()
-
-    def on_message(self, *args):
-        self._ack_now()
-        opened = open_frame(args[-1] if args else None, self.crypto_key, self.cipher,
-                            self.json_encoding, self._owner.config.max_frame_bytes)
-        if opened.verdict is Verdict.OK:
-            if opened.message.msg_type == HiveMessageType.BINARY:
-                return     # we asked for no binary payloads
-            try:
-                self._handle_hive_protocol(opened.message)
-            except Exception as e:  # a hostile message must not end the socket thread
-                LOG.debug(f"ignoring unusable message from hub: {type(e).__name__}")
-        elif opened.verdict is Verdict.DROP:
-            if self.crypto_key:
-                LOG.warning(f"dropped a frame from the hub: {opened.why}")
-            else:
-                LOG.debug(f"ignoring frame before the handshake: {opened.why}")
-        else:
-            self._owner._on_untrusted(opened)
-
-    def _ack_now(self):
-        """Acknowledge received data at once instead of after the ~40 ms delayed-ACK timer.
-
-        hivemind-core's tornado server does not set TCP_NODELAY, so its `handled` frame, written
-        right after a `speak`, is held by Nagle's algorithm until our ACK of the `speak` arrives.
-        Linux resets TCP_QUICKACK after each ACK, hence once per frame."""
-        raw = getattr(getattr(self.client, "sock", None), "sock", None)
-        if raw is not None and _QUICKACK is not None:
-            try:
-                raw.setsockopt(socket.IPPROTO_TCP, _QUICKACK, 1)
-            except OSError:
-                pass
-
-    @staticmethod
-    def _tls(raw, cfg):
-        """TLS over the connected socket. A plain-text hub never answers a ClientHello (its
-        HTTP parser waits for the end of a request line), so the handshake gets a short bound
-        of its own and a failure says what it means."""
-        context = ssl.create_default_context()
-        if cfg.self_signed:
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
-        raw.settimeout(min(cfg.connect_timeout, TLS_HANDSHAKE_TIMEOUT))
-        try:
-            return context.wrap_socket(raw, server_hostname=cfg.host)
-        except (ssl.SSLError, socket.timeout, OSError) as e:
-            raise _TLSFailed(f"the TLS handshake with {cfg.host}:{cfg.port} failed "
-                             f"({type(e).__name__}): is the hub serving TLS? Use ws:// for a "
-                             "plain hub, wss:// only for one with a certificate") from None
-
-    def _handle_hive_protocol(self, message: HiveMessage):
-        self._owner._on_hive_message(message)
-
-    def emit(self, message: HiveMessage, *_args, **_kwargs):
-        """Send one frame. Everything but the handshake is encrypted with the session key read
-        once here (the library reads it twice, and the socket thread may clear it in between,
-        which would send the frame in plain text); any failure is a ConnectionLostError."""
-        text = serialize_message(message)
-        if message.msg_type != HiveMessageType.HANDSHAKE:
-            key = self.crypto_key
-            if not key:
-                raise ConnectionLostError("refusing to send before the connection is encrypted; "
-                                          "the handshake did not complete")
-            text = encrypt_as_json(key, text, cipher=self.cipher, encoding=self.json_encoding)
-        try:
-            self.client.send(text)
-        except Exception as e:
-            raise ConnectionLostError(f"could not send to the hub ({type(e).__name__}); the "
-                                      "connection is gone and the next turn reconnects") from None
-
-    def stop(self):
-        """End the socket thread now. `WebSocketApp.close()` alone leaves it blocked in select()
-        for up to its ping timeout; shutting the socket down wakes it at once."""
-        app = self.client
-        app.keep_running = False
-        self._stopped = True
-        pending = self._pending_raw   # a TCP/TLS connect still in progress
-        if pending is not None:
-            try:
-                pending.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-        ws = app.sock
-        raw = getattr(ws, "sock", None)
-        if raw is None:
-            return
-        try:
-            ws.send_close()
-        except Exception:
-            pass
-        try:
-            raw.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-
-    def release(self):
-        """Close the socket's file descriptor now (after stop() and the thread's end), instead
-        of whenever the garbage collector gets to it."""
-        ws = self.client.sock
-        if ws is not None:
-            try:
-                ws.shutdown()      # closes the socket at once (close() would wait for the hub)
-            except Exception:
-                pass
-        raw = getattr(ws, "sock", None) or self.client.prepared_socket
-        if raw is not None:
-            try:
-                raw.close()
-            except OSError:
-                pass
-        self.client.prepared_socket = None
-
-    def run_forever(self):
-        """Open the TCP (and TLS) connection ourselves, bounded by connect_timeout: websocket-
-        client has no connect timeout, so a filtered address would hold this thread for minutes,
-        past shutdown()."""
-        cfg = self._owner.config
-        raw = None
-        try:
-            family, kind, proto, _, address = socket.getaddrinfo(
-                cfg.host, cfg.port, type=socket.SOCK_STREAM)[0]
-            raw = socket.socket(family, kind, proto)
-            self._pending_raw = raw          # stop() can reach it while it connects
-            raw.settimeout(cfg.connect_timeout)
-            raw.connect(address)
-            raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            if cfg.secure:
-                raw = self._tls(raw, cfg)
-            raw.settimeout(None)
-        except Exception as e:   # refused, unreachable, timed out, TLS failure, stopped
-            if raw is not None:
-                raw.close()
-            self._pending_raw = None
-            self.on_error(self.client, e)
-            return
-        self._pending_raw = None
-        if self._stopped:                  # stopped while connecting
-            raw.close()
-            return
-        self.client.prepared_socket = raw
-        # pings notice a hub that vanished without closing the socket
-        self.client.run_forever(ping_interval=20, ping_timeout=10)
-
-
-TLS_HANDSHAKE_TIMEOUT = 2.0   # seconds; a TLS hub on a LAN answers in milliseconds
-
-
-class _TLSFailed(Exception):
-    pass
-
-
-class _FrameTooLarge(Exception):
-    def __init__(self, size: int):
-        super().__init__(f"a frame of {size} bytes")
+from hivemind_chat_agent.errors import (AccessKeyRejectedError, ConnectionLostError,
+                                        HandshakeTimeoutError, HiveMindChatError,
+                                        HubUnreachableError, ReplyTooLargeError)
 
 
 class TurnHandle:
@@ -313,6 +59,8 @@ class TurnHandle:
     def __init__(self, turn: Turn):
         self.turn = turn
         self.events: "queue.SimpleQueue[Event]" = queue.SimpleQueue()
+        self.error: Optional[HiveMindChatError] = None   # why the hub refused it, if it did
+        self.message: Optional[Message] = None           # what was sent, for a topic retry
 
     def push(self, events: List[Event]) -> None:
         for event in events:
@@ -325,7 +73,8 @@ class HubConnection:
 
     def __init__(self, config: ClientConfig, session: Session, book: SessionBook,
                  on_aside: Callable[[str, str], None] = lambda sid, text: None,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic,
+                 topic: Optional[UtteranceTopic] = None):
         self.config = config
         self.session_id = session.session_id
         self._book = book
@@ -345,24 +94,30 @@ class HubConnection:
         self._error: Optional[HiveMindChatError] = None
         self._opened = False
         self._closed = False
-        self._pswd: Optional[PasswordHandShake] = None
+        self._hello: Optional[Dict[str, Any]] = None      # the hub's cleartext HELLO
+        self._exchange: Optional[KeyExchange] = None
+        self.generation = ""                # which handshake the hub spoke, once it has
+        self.many_sessions = False          # the hub reads each message's Session
+        self.topic = topic or UtteranceTopic(config.utterance_topic)
+        self._audio_end_denied = False
+        self.heard = False                  # some message arrived since the handshake
         self._thread: Optional[threading.Thread] = None
         self.last_used = clock()
         self.leases = 0                     # turns holding this connection (the pool's lock)
         self._transport = self._make_transport()
 
     # ---- lifecycle (caller's thread) ----
-    def _make_transport(self) -> _Transport:
+    def _make_transport(self) -> Transport:
         cfg = self.config
-        identity = NodeIdentity(identity_file=_IdentityInMemory(name=self.useragent))
+        identity = NodeIdentity(identity_file=IdentityInMemory(name=self.useragent))
         identity.site_id = cfg.site_id or "unknown"
         # The library's constructor registers a blank Session under our id; keep the real one.
         saved = SessionManager.sessions.get(self.session_id)
         try:
-            return _Transport(self, key=cfg.key, password=cfg.password, host=cfg.url_host,
+            return Transport(self, key=cfg.key, password=cfg.password, host=cfg.url_host,
                               port=cfg.port, useragent=self.useragent,
                               self_signed=cfg.self_signed, identity=identity,
-                              internal_bus=_NullBus(self.session_id))
+                              internal_bus=NullBus(self.session_id))
         finally:
             if saved is not None:
                 SessionManager.sessions[self.session_id] = saved
@@ -370,7 +125,7 @@ class HubConnection:
                 SessionManager.sessions.pop(self.session_id, None)
 
     def connect(self) -> "HubConnection":
-        """Open the socket and finish the password handshake, or raise a typed error."""
+        """Open the socket and finish the handshake the hub offers, or raise a typed error."""
         self._thread = threading.Thread(target=self._transport.run_forever, daemon=True,
                                         name=f"hivemind-chat-{self.session_id}")
         background.start(self._thread)
@@ -426,10 +181,11 @@ class HubConnection:
         data = {"utterances": [utterance]}
         if "lang" in wire:
             data["lang"] = wire["lang"]
-        message = Message(UTTERANCE_TYPE, data,
+        message = Message(self.topic.current, data,
                           {"session": wire, TURN_TAG_KEY: tag,
                            "source": self.useragent, "platform": self.config.useragent,
                            "destination": "HiveMind"})
+        handle.message = message
         self.last_used = self._clock()
         try:
             self._transport.emit(HiveMessage(HiveMessageType.BUS, payload=message))
@@ -458,49 +214,61 @@ class HubConnection:
         self._opened = True
 
     def _on_hive_message(self, message: HiveMessage):
+        if self._transport.channel is not None:
+            self.heard = True
         if message.msg_type == HiveMessageType.BUS:
             self._on_bus(message.payload)
         elif message.msg_type == HiveMessageType.HANDSHAKE:
             self._on_handshake(message.payload)
-        elif message.msg_type != HiveMessageType.HELLO:
+        elif message.msg_type == HiveMessageType.HELLO:
+            if self._hello is None and isinstance(message.payload, dict):
+                self._hello = dict(message.payload)   # the Noise prologue binds it
+        else:
             LOG.debug(f"ignoring hive message of type {message.msg_type}")
 
     def _on_handshake(self, payload: Any):
-        if not isinstance(payload, dict) or self._ready.is_set():
+        """The hub's offer picks the exchange (core/handshake.choose); its answers step it."""
+        if not isinstance(payload, dict) or self._ready.is_set() or self._closed:
             return
-        if "envelope" not in payload:   # the hub asks us to start
-            if not payload.get("password"):
-                self._fail(AuthenticationError(
-                    "the hub has no password for this client, so no key can be derived; "
-                    "register it with `hivemind-core add-client --password ...`"))
-                return
-            self._pswd = PasswordHandShake(self.config.password)
-            self._transport.emit(HiveMessage(HiveMessageType.HANDSHAKE, {
-                "binarize": False, "encodings": [e.value for e in _ENCODINGS],
-                "ciphers": preferred_ciphers(), "envelope": self._pswd.generate_handshake()}))
-            return
-        if self._pswd is None:
-            return
-        envelope = payload.get("envelope")
         try:
-            valid = isinstance(envelope, str) and self._pswd.verify(envelope)
-        except Exception:
-            valid = False
-        if not valid:
-            self._fail(WrongPasswordError(
-                "the hub's handshake does not match this password: the password is wrong for "
-                "this access key; check it or re-register with `hivemind-core add-client`"))
+            if self._exchange is None:
+                if "envelope" in payload or "msg" in (payload.get("noise") or {}):
+                    return          # an answer to a handshake we never started
+                self._exchange = choose(self._hello or {}, payload, self._exchange_inputs())
+                self._transport.emit(self._exchange.first())
+                return
+            send, channel = self._exchange.receive(payload)
+            for message in send:
+                self._transport.emit(message)
+        except HiveMindChatError as e:
+            self._fail(e)
             return
-        self._pswd.receive_handshake(envelope)
-        self._transport.json_encoding = payload.get("encoding") or SupportedEncodings.JSON_HEX
-        self._transport.cipher = payload.get("cipher") or SupportedCiphers.AES_GCM
-        self._transport.crypto_key = self._pswd.secret
-        self._transport.emit(HiveMessage(HiveMessageType.HELLO, {
-            "session": self._hello_session, "site_id": self.config.site_id or "unknown"}))
+        if channel is None:
+            return
+        self.generation = self._exchange.generation
+        self.many_sessions = channel.many_sessions
+        self._transport.channel = channel
+        try:
+            self._transport.emit(HiveMessage(HiveMessageType.HELLO, {
+                "session": self._hello_session, "site_id": self.config.site_id or "unknown"}))
+        except HiveMindChatError as e:
+            self._fail(e)
+            return
         self._ready.set()
         self._done.set()
 
+    def _exchange_inputs(self) -> ExchangeInputs:
+        cfg = self.config
+        return ExchangeInputs(
+            password=cfg.password, access_key=cfg.key, hub_address=f"{cfg.host}:{cfg.port}",
+            noise_keys=NoiseKeyring(cfg.noise_key_dir, cfg.key),
+            encodings=tuple(e.value for e in ENCODINGS), ciphers=tuple(preferred_ciphers()),
+            max_message_bytes=cfg.max_frame_bytes)
+
     def _on_bus(self, payload: Any):
+        if getattr(payload, "msg_type", None) == POLICY_DENIED_TYPE:
+            self._on_denied(payload.data)
+            return
         try:
             reply, why = parse_reply(payload.msg_type, payload.data, payload.context)
         except Exception as e:
@@ -529,11 +297,50 @@ class HubConnection:
         if routing.aside is not None:
             self._on_aside(reply.session_id, routing.aside)
 
+    def _on_denied(self, data: Any) -> None:
+        """`hive.policy.denied`: it carries no session or turn tag, and answers the last message
+        of its type. An utterance topic is retried on the other name where the hub allows it
+        (nothing reached the hub's agent, so nothing runs twice); otherwise the turns waiting
+        on it fail at once, naming the operator's command."""
+        denied, code, reason, extra = read_denial(data)
+        if denied == AUDIO_OUTPUT_END_TYPE:
+            if not self._audio_end_denied:
+                self._audio_end_denied = True
+                LOG.warning(f"the hub does not allow this client to send {denied}; skills that "
+                            "speak with wait=True will wait for their own timeout. The hub's "
+                            f"operator can run `hivemind-core allow-msg {denied} NODE_ID`")
+            return
+        with self._lock:
+            waiting = [h for h in self._handles.values()
+                       if h.message is not None and h.message.msg_type == denied
+                       and not h.turn.state.is_final]
+        if not waiting:
+            LOG.info(f"the hub denied a {denied} ({code}): {reason}")
+            return
+        retry = self.topic.denied(denied, extra.get("allowed")) if code != "backend_unavailable" \
+            else None
+        if retry is not None:
+            LOG.info(f"the hub does not allow {denied} for this client; sending {retry}")
+            for handle in waiting:
+                handle.message.msg_type = retry
+                try:
+                    self._transport.emit(HiveMessage(HiveMessageType.BUS, payload=handle.message))
+                except HiveMindChatError as e:
+                    self._refuse([handle], e)
+            return
+        self._refuse(waiting, denial_error(denied, code, reason, self.topic.tried))
+
+    def _refuse(self, handles: List[TurnHandle], error: HiveMindChatError) -> None:
+        with self._lock:
+            for handle in handles:
+                handle.error = error
+                handle.push(handle.turn.lose(str(error), "refused"))
+
     def report_audio_end(self, tag: Optional[str] = None) -> None:
         """Tell the hub this session's speech has been played, as a satellite does after each
         sentence: skills that spoke with wait=True go on."""
         sess = SessionManager.sessions.get(self.session_id)
-        if sess is None or not self._ready.is_set() or self._closed:
+        if sess is None or not self._ready.is_set() or self._closed or self._audio_end_denied:
             return
         context = {"session": self._book.wire(sess), "source": self.useragent,
                    "destination": "HiveMind"}
@@ -546,7 +353,9 @@ class HubConnection:
             LOG.debug(f"could not report audio end: {e}")
 
     def _on_socket_error(self, error: Any):
-        if isinstance(error, _TLSFailed):
+        if isinstance(error, WebSocketConnectionClosedException) and self._opened:
+            return   # the hub's close frame: on_close follows with its code and reason
+        if isinstance(error, TLSFailed):
             self._fail(HubUnreachableError(str(error)))
             return
         if isinstance(error, (socket.timeout, TimeoutError)) and not self._opened:
@@ -558,7 +367,7 @@ class HubConnection:
             self._fail(HubUnreachableError(
                 f"connection refused by {self.config.url_host}:{self.config.port}; check host "
                 "and port and that hivemind-core is running"))
-        elif not self._ready.is_set() and self._opened and _garbled(error):
+        elif not self._ready.is_set() and self._opened and garbled(error):
             self._fail(HubUnreachableError(
                 f"the connection to the hub broke during the handshake ({type(error).__name__}); the "
                 "key was not refused: check the network path to the hub and its log"))
@@ -570,19 +379,36 @@ class HubConnection:
                 f"({type(error).__name__}: {self._redact(str(error))}); check host, port and "
                 "TLS settings"))
         else:
-            self._on_socket_closed(broken=error if _garbled(error) else None)
+            self._on_socket_closed(broken=error if garbled(error) else None)
 
-    def _on_socket_closed(self, broken: Any = None):
+    def _on_socket_closed(self, broken: Any = None, close: Tuple[Any, str] = (None, "")):
+        refusal = refusal_from_close(*close)
+        if refusal is None and close[0] == 1008 and self.many_sessions and not self.heard:
+            # A 5.x hub checks our static key against its pin only after the last handshake
+            # message and answers nothing on success; its close often reaches us as "invalid
+            # message" (it read our HELLO after dropping the session). Nothing else closes a
+            # fresh v3 connection before its first answer.
+            refusal = refusal_after_noise_handshake(close[1])
         if not self._ready.is_set():
-            if self._opened and self._pswd is None:
+            if refusal is not None:
+                self._fail(refusal)
+            elif self._opened and self._exchange is None:
                 self._fail(AccessKeyRejectedError(
                     "the hub closed the connection before the handshake: it does not know this "
                     "access key; check the key or register it with `hivemind-core add-client`"))
             else:
                 self._fail(HubUnreachableError(
-                    "the hub closed the connection during the handshake; check the hub's log"))
+                    "the hub closed the connection during the handshake; check the hub's log"
+                    + (f" (it said: {close[1][:200]})" if close[1] else "")))
             return
         self._closed = True
+        if refusal is not None:    # a 5.x hub checks our pinned key after the handshake
+            if self._error is None:
+                self._error = refusal
+            with self._lock:
+                waiting = list(self._handles.values())
+            self._refuse(waiting, refusal)
+            return
         self._fail_turns(f"the connection to the hub broke during the turn ({type(broken).__name__}): "
                          "the stream was corrupted" if broken is not None else
                          "the hub closed the connection during the turn")

@@ -10,11 +10,12 @@ the answer may be gone, so the turn ends with an error and the connection is no 
 import json
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
-from hivemind_bus_client.encryption import decrypt_bin, decrypt_from_json
 from hivemind_bus_client.message import HiveMessage, HiveMessageType
-from hivemind_bus_client.serialization import decode_bitstring
+
+if TYPE_CHECKING:
+    from hivemind_chat_agent.core.handshake import SecureChannel
 
 PLAIN_TYPES = (HiveMessageType.HELLO, HiveMessageType.HANDSHAKE)
 
@@ -24,6 +25,7 @@ class Verdict(str, Enum):
     DROP = "drop"            # ignore it, the connection stays trusted
     TAMPERED = "tampered"    # failed authentication: close the connection
     TOO_LARGE = "too_large"  # over max_frame_bytes: close the connection
+    MORE = "more"            # one part of a longer message: keep reading
 
 
 @dataclass(frozen=True)
@@ -33,33 +35,23 @@ class Opened:
     why: str = ""
 
 
-def open_frame(raw: Any, key: Optional[bytes], cipher: Any, encoding: Any,
-               max_bytes: int) -> Opened:
-    """One frame from the hub in, a HiveMessage or a verdict with its reason out."""
+def open_frame(raw: Any, channel: Optional["SecureChannel"], max_bytes: int) -> Opened:
+    """One frame from the hub in, a HiveMessage or a verdict with its reason out. Before the
+    handshake (`channel` None) only plain HELLO and HANDSHAKE pass; after it, the channel of
+    whichever generation the hub speaks decides (core/handshake_password, handshake_noise)."""
     if not isinstance(raw, (str, bytes)):
         return Opened(Verdict.DROP, why="not a text or binary frame")
     if len(raw) > max_bytes:
         return Opened(Verdict.TOO_LARGE, why=f"a frame of {len(raw)} bytes")
-    if not key:
+    if channel is None:
         return _plain_handshake(raw)
-    if isinstance(raw, bytes):
-        try:
-            return _message(decode_bitstring(decrypt_bin(key, raw, cipher=cipher)))
-        except Exception as e:
-            return Opened(Verdict.TAMPERED, why=f"binary frame failed authentication "
-                                                f"({type(e).__name__})")
+    return channel.open(raw)
+
+
+def message_from_json(text: Any) -> Opened:
+    """The plaintext inside an authenticated frame: a HiveMessage, or dropped with the reason."""
     try:
-        envelope = json.loads(raw)
-    except ValueError:     # neither ciphertext nor a message: a frame garbled on the way
-        return Opened(Verdict.TAMPERED, why="a frame that is neither ciphertext nor JSON")
-    if not isinstance(envelope, dict) or "ciphertext" not in envelope:
-        return Opened(Verdict.DROP, why="unencrypted frame after the handshake")
-    try:
-        plain = decrypt_from_json(key, raw, cipher=cipher, encoding=encoding)
-    except Exception as e:
-        return Opened(Verdict.TAMPERED, why=f"frame failed authentication ({type(e).__name__})")
-    try:
-        return _message(json.loads(plain))
+        return _message(json.loads(text))
     except (ValueError, TypeError) as e:
         return Opened(Verdict.DROP, why=f"undecodable message inside a valid frame "
                                         f"({type(e).__name__})")

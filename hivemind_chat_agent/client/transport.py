@@ -1,0 +1,297 @@
+"""The websocket under one hub connection: TCP/TLS with a connect timeout, frames bounded by
+their header, every frame through the frame gate, sealed sends. No HiveMind state lives here.
+
+hivemind-bus-client's `HiveMessageBusClient` still owns the websocket-client app, but none of
+its protocol runs: its connect(), handshake and emit() are never called (field notes: a missed
+first HANDSHAKE stalls it 5 s, cpuinfo costs 1.1 s per connect, it reconnects forever and writes
+every reply's Session into `SessionManager`). `HubConnection` is the owner it reports to.
+"""
+import functools
+import socket
+import ssl
+import threading
+from typing import Any, List, Optional
+
+from hivemind_bus_client.client import HiveMessageBusClient
+from hivemind_bus_client.encryption import SupportedCiphers, SupportedEncodings
+from hivemind_bus_client.message import HiveMessage, HiveMessageType
+from hivemind_bus_client.util import serialize_message
+from ovos_utils.log import LOG
+from websocket import ABNF, WebSocketPayloadException, WebSocketProtocolException
+
+from hivemind_chat_agent import leak_free_codecs
+from hivemind_chat_agent.core.frames import Opened, Verdict, open_frame
+from hivemind_chat_agent.core.handshake import SecureChannel
+from hivemind_chat_agent.errors import ConnectionLostError
+
+# Fastest first; the hub picks the first one its config allows.
+ENCODINGS = [SupportedEncodings.JSON_B64, SupportedEncodings.JSON_URLSAFE_B64,
+              SupportedEncodings.JSON_B91, SupportedEncodings.JSON_Z85B,
+              SupportedEncodings.JSON_Z85P, SupportedEncodings.JSON_B32,
+              SupportedEncodings.JSON_HEX]
+leak_free_codecs.install()   # a hub that picks JSON-B91/Z85 must not leak every frame here
+
+
+def garbled(error: Any) -> bool:
+    """Did websocket-client give up on the bytes (bad UTF-8, broken framing) rather than see
+    the peer close? Then nobody refused anything: the stream was corrupted on the way."""
+    return isinstance(error, (WebSocketPayloadException, WebSocketProtocolException,
+                              UnicodeError))
+
+
+@functools.lru_cache(maxsize=1)
+def preferred_ciphers() -> List[str]:
+    """AES-GCM first where the CPU has AES instructions, as the library decides, but read from
+    /proc/cpuinfo once instead of running cpuinfo (about 1.1 s) on every connection."""
+    aes = True
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    aes = "aes" in line.split(":", 1)[1].split()
+                    break
+    except OSError:
+        pass
+    order = [SupportedCiphers.AES_GCM, SupportedCiphers.CHACHA20_POLY1305]
+    return [c.value for c in (order if aes else order[::-1])]
+
+
+_QUICKACK = getattr(socket, "TCP_QUICKACK", None)   # Linux only
+
+
+class NullBus:
+    """The library mirrors every BUS message onto an internal bus; we take replies directly."""
+
+    def __init__(self, session_id: str):
+        self.session_id = session_id
+
+    def emit(self, *_args, **_kwargs):
+        pass
+
+    def on(self, *_args, **_kwargs):
+        pass
+
+    def remove(self, *_args, **_kwargs):
+        pass
+
+
+class IdentityInMemory(dict):
+    """Keeps a connection's credentials out of ~/.config/hivemind/_identity.json."""
+    path = ""
+
+
+class Transport(HiveMessageBusClient):
+    """HiveMessageBusClient with its callbacks pointed at a `HubConnection` and no reconnect loop."""
+
+    def __init__(self, owner, **kwargs):
+        self._owner = owner
+        self._pending_raw: Optional[socket.socket] = None
+        self._stopped = False
+        self.channel: Optional[SecureChannel] = None    # set when the handshake completes
+        self._send_lock = threading.Lock()   # Noise nonces: frames go out in sealed order
+        super().__init__(**kwargs)
+
+    # The library's connect(), wait_for_handshake() and emit() are never called, so neither are
+    # its connected/handshake events kept here: HubConnection tracks that state itself.
+    def on_open(self, *_args):
+        self._bound_frames()
+        self._owner._on_open()
+
+    def _bound_frames(self):
+        """Refuse a frame by its header, before reading it: websocket-client would otherwise
+        buffer any length the hub announces (a 50 MB frame cost 65-122 MB), and the same for
+        a message split into continuation frames."""
+        ws = self.client.sock
+        buffer, cont = getattr(ws, "frame_buffer", None), getattr(ws, "cont_frame", None)
+        if buffer is None or cont is None:
+            return
+        limit = self._owner.config.max_frame_bytes
+        read_length = buffer.recv_length
+
+        def bounded_length():
+            read_length()
+            pending = len(cont.cont_data[1]) if cont.cont_data else 0
+            if (buffer.length or 0) + pending > limit:
+                raise _FrameTooLarge(buffer.length + pending)
+        buffer.recv_length = bounded_length
+
+    def on_error(self, *args):
+        self.channel = None
+        error = args[-1] if args else None
+        if isinstance(error, _FrameTooLarge):
+            self._owner._on_untrusted(Opened(Verdict.TOO_LARGE, why=str(error)))
+            return
+        self._owner._on_socket_error(error)
+
+    def on_close(self, *args):
+        """websocket-client passes the hub's close code and reason: a 5.x hub says why it
+        refused (1008 "invalid api key", "... contradicts the pinned key")."""
+        self.channel = None
+        code, reason = (args[-2], args[-1]) if len(args) >= 3 else (None, None)
+        if isinstance(reason, bytes):
+            reason = reason.decode("utf-8", "replace")
+        self._owner._on_socket_closed(close=(code, reason or ""))
+
+    def on_message(self, *args):
+        self._ack_now()
+        opened = open_frame(args[-1] if args else None, self.channel,
+                            self._owner.config.max_frame_bytes)
+        if opened.verdict is Verdict.MORE:
+            return
+        if opened.verdict is Verdict.OK:
+            if opened.message.msg_type == HiveMessageType.BINARY:
+                return     # we asked for no binary payloads
+            try:
+                self._handle_hive_protocol(opened.message)
+            except Exception as e:  # a hostile message must not end the socket thread
+                LOG.debug(f"ignoring unusable message from hub: {type(e).__name__}")
+        elif opened.verdict is Verdict.DROP:
+            if self.channel is not None:
+                LOG.warning(f"dropped a frame from the hub: {opened.why}")
+            else:
+                LOG.debug(f"ignoring frame before the handshake: {opened.why}")
+        else:
+            self._owner._on_untrusted(opened)
+
+    def _ack_now(self):
+        """Acknowledge received data at once instead of after the ~40 ms delayed-ACK timer.
+
+        hivemind-core's tornado server does not set TCP_NODELAY, so its `handled` frame, written
+        right after a `speak`, is held by Nagle's algorithm until our ACK of the `speak` arrives.
+        Linux resets TCP_QUICKACK after each ACK, hence once per frame."""
+        raw = getattr(getattr(self.client, "sock", None), "sock", None)
+        if raw is not None and _QUICKACK is not None:
+            try:
+                raw.setsockopt(socket.IPPROTO_TCP, _QUICKACK, 1)
+            except OSError:
+                pass
+
+    @staticmethod
+    def _tls(raw, cfg):
+        """TLS over the connected socket. A plain-text hub never answers a ClientHello (its
+        HTTP parser waits for the end of a request line), so the handshake gets a short bound
+        of its own and a failure says what it means."""
+        context = ssl.create_default_context()
+        if cfg.self_signed:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        raw.settimeout(min(cfg.connect_timeout, TLS_HANDSHAKE_TIMEOUT))
+        try:
+            return context.wrap_socket(raw, server_hostname=cfg.host)
+        except (ssl.SSLError, socket.timeout, OSError) as e:
+            raise TLSFailed(f"the TLS handshake with {cfg.host}:{cfg.port} failed "
+                             f"({type(e).__name__}): is the hub serving TLS? Use ws:// for a "
+                             "plain hub, wss:// only for one with a certificate") from None
+
+    def _handle_hive_protocol(self, message: HiveMessage):
+        self._owner._on_hive_message(message)
+
+    def emit(self, message: HiveMessage, *_args, **_kwargs):
+        """Send one message. Everything but the handshake goes through the channel read once
+        here (the socket thread may clear it meanwhile, which must never send plain text),
+        sealed and written under one lock (a Noise channel's frames must reach the hub in the
+        order they were sealed); any failure is a ConnectionLostError."""
+        text = serialize_message(message)
+        try:
+            with self._send_lock:
+                if message.msg_type == HiveMessageType.HANDSHAKE:
+                    self.client.send(text)
+                    return
+                channel = self.channel
+                if channel is None:
+                    raise ConnectionLostError("refusing to send before the connection is "
+                                              "encrypted; the handshake did not complete")
+                for data, binary in channel.seal(text):
+                    self.client.send(data, ABNF.OPCODE_BINARY if binary else ABNF.OPCODE_TEXT)
+        except ConnectionLostError:
+            raise
+        except Exception as e:
+            raise ConnectionLostError(f"could not send to the hub ({type(e).__name__}); the "
+                                      "connection is gone and the next turn reconnects") from None
+
+    def stop(self):
+        """End the socket thread now. `WebSocketApp.close()` alone leaves it blocked in select()
+        for up to its ping timeout; shutting the socket down wakes it at once."""
+        app = self.client
+        app.keep_running = False
+        self._stopped = True
+        pending = self._pending_raw   # a TCP/TLS connect still in progress
+        if pending is not None:
+            try:
+                pending.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        ws = app.sock
+        raw = getattr(ws, "sock", None)
+        if raw is None:
+            return
+        try:
+            ws.send_close()
+        except Exception:
+            pass
+        try:
+            raw.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def release(self):
+        """Close the socket's file descriptor now (after stop() and the thread's end), instead
+        of whenever the garbage collector gets to it."""
+        ws = self.client.sock
+        if ws is not None:
+            try:
+                ws.shutdown()      # closes the socket at once (close() would wait for the hub)
+            except Exception:
+                pass
+        raw = getattr(ws, "sock", None) or self.client.prepared_socket
+        if raw is not None:
+            try:
+                raw.close()
+            except OSError:
+                pass
+        self.client.prepared_socket = None
+
+    def run_forever(self):
+        """Open the TCP (and TLS) connection ourselves, bounded by connect_timeout: websocket-
+        client has no connect timeout, so a filtered address would hold this thread for minutes,
+        past shutdown()."""
+        cfg = self._owner.config
+        raw = None
+        try:
+            family, kind, proto, _, address = socket.getaddrinfo(
+                cfg.host, cfg.port, type=socket.SOCK_STREAM)[0]
+            raw = socket.socket(family, kind, proto)
+            self._pending_raw = raw          # stop() can reach it while it connects
+            raw.settimeout(cfg.connect_timeout)
+            raw.connect(address)
+            raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if cfg.secure:
+                raw = self._tls(raw, cfg)
+            raw.settimeout(None)
+        except Exception as e:   # refused, unreachable, timed out, TLS failure, stopped
+            if raw is not None:
+                raw.close()
+            self._pending_raw = None
+            self.on_error(self.client, e)
+            return
+        self._pending_raw = None
+        if self._stopped:                  # stopped while connecting
+            raw.close()
+            return
+        self.client.prepared_socket = raw
+        # pings notice a hub that vanished without closing the socket
+        self.client.run_forever(ping_interval=20, ping_timeout=10)
+
+
+TLS_HANDSHAKE_TIMEOUT = 2.0   # seconds; a TLS hub on a LAN answers in milliseconds
+
+
+class TLSFailed(Exception):
+    pass
+
+
+class _FrameTooLarge(Exception):
+    def __init__(self, size: int):
+        super().__init__(f"a frame of {size} bytes")
+
+

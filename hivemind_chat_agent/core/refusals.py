@@ -1,0 +1,105 @@
+"""What a hub's refusal means and what the person must do, without I/O.
+
+Two kinds: a close frame with a reason (hivemind-core 5.x says why it refuses: 1008 "invalid
+api key", "client Noise static key contradicts the pinned key", "this node requires the v3
+Noise handshake"), and `hive.policy.denied`, the answer of a 4.3+ hub to a message type the
+client was not allowed (it carries no session and no turn tag: it answers the last message of
+that type on this connection). Which utterance topic to send lives here too, because a denial
+of one is the reason to try the other.
+"""
+from typing import Any, Dict, List, Optional, Tuple
+
+from hivemind_chat_agent.core.protocol_names import UTTERANCE_TYPE
+from hivemind_chat_agent.errors import (AccessKeyRejectedError, ClientKeyRefusedError,
+                                        HiveMindChatError, HubEngineError, PolicyDeniedError,
+                                        UnsupportedHubError)
+
+POLICY_DENIED_TYPE = "hive.policy.denied"
+CURRENT_UTTERANCE_TYPE = "ovos.utterance.handle"
+# Every ovos-core understands the legacy name; 5.x hubs may admit a client on either.
+UTTERANCE_TOPICS = (UTTERANCE_TYPE, CURRENT_UTTERANCE_TYPE)
+BACKEND_UNAVAILABLE = "backend_unavailable"
+NODE_ID_HINT = "NODE_ID (this client's id in `hivemind-core list-clients`)"
+
+
+def refusal_from_close(code: Any, reason: str) -> Optional[HiveMindChatError]:
+    """The typed error a hub's close frame stands for, or None for an ordinary close."""
+    text = (reason or "").lower()
+    if code != 1008 and not text:
+        return None
+    if "pinned key" in text:
+        return ClientKeyRefusedError(
+            "the hub refused this client's Noise key: it pinned another key for this access key "
+            "(the client was reinstalled, or the key is in use on another machine). If that is "
+            f"expected, the hub's operator runs `hivemind-core reset-noise-pin {NODE_ID_HINT}`")
+    if "v3 noise" in text or "requires the v3" in text:
+        return UnsupportedHubError(
+            "the hub requires HiveMind protocol v3 (the Noise handshake) and refused the "
+            "password handshake; install hivemind-bus-client>=1.2.12a1 and "
+            "poorman-handshake>=2.0.0a1")
+    if "api key" in text or "access key" in text or "authorization" in text:
+        return AccessKeyRejectedError(
+            "the hub does not know this access key; check the key or register it with "
+            "`hivemind-core add-client`")
+    return None
+
+
+def refusal_after_noise_handshake(reason: str) -> HiveMindChatError:
+    return ClientKeyRefusedError(
+        f"the hub closed the connection right after the Noise handshake (1008 "
+        f"\"{(reason or '')[:100]}\"): it has pinned another Noise key for this access key (the "
+        "client was reinstalled, its key directory `noise_key_dir` changed, or the key is in "
+        "use on another machine). If that is expected, the hub's operator runs "
+        f"`hivemind-core reset-noise-pin {NODE_ID_HINT}`; the hub's log names the client")
+
+
+class UtteranceTopic:
+    """Which topic carries this client's utterances on one hub: a forced one, or the legacy name
+    first (every ovos-core reads it) and the current one if the hub denies the legacy one."""
+
+    def __init__(self, forced: Optional[str] = None):
+        self.forced = forced
+        self.current = forced or UTTERANCE_TOPICS[0]
+        self._denied: List[str] = []
+
+    @property
+    def tried(self) -> List[str]:
+        return list(self._denied)
+
+    def denied(self, topic: str, allowed: Any = None) -> Optional[str]:
+        """The hub refused `topic`: the one to try next, or None when there is none."""
+        if topic != self.current:                  # already moved on
+            return self.current if topic in UTTERANCE_TOPICS else None
+        if topic not in self._denied:
+            self._denied.append(topic)
+        if self.forced:
+            return None
+        options = [t for t in UTTERANCE_TOPICS if t not in self._denied]
+        if isinstance(allowed, list):              # the hub said what this client may send
+            options = [t for t in options if t in allowed] or []
+        if not options:
+            return None
+        self.current = options[0]
+        return self.current
+
+
+def read_denial(data: Any) -> Tuple[Optional[str], str, str, Dict[str, Any]]:
+    """(denied_type, code, reason, data) of a `hive.policy.denied`, tolerating junk."""
+    if not isinstance(data, dict):
+        return None, "", "", {}
+    inner = data.get("data")
+    denied = data.get("denied_type")
+    return (denied if isinstance(denied, str) else None, str(data.get("code") or ""),
+            str(data.get("reason") or "")[:300], inner if isinstance(inner, dict) else {})
+
+
+def denial_error(topic: str, code: str, reason: str, tried: List[str]) -> HiveMindChatError:
+    """The error for an utterance the hub would not take, naming the operator's command."""
+    if code == BACKEND_UNAVAILABLE:
+        return HubEngineError(f"the hub admitted the utterance but could not deliver it: its "
+                              f"agent bus is unreachable ({reason}); check the hub's OVOS side")
+    topics = " ".join(tried or [topic])
+    return PolicyDeniedError(
+        f"the hub's message policy does not allow this client to send {topics} "
+        f"({code or 'denied'}); the hub's operator runs "
+        f"`hivemind-core allow-msg {topics} {NODE_ID_HINT}`")
