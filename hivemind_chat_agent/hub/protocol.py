@@ -4,23 +4,21 @@ hivemind-core hands every satellite BUS message to `bus.emit` on its IO loop thr
 own key, allowed-type and session checks. This class does only the minimum there (look the
 satellite up, queue the turn) and runs the engine on a bounded pool of workers, one satellite
 session's turns in order. Replies go back through the IO loop to the satellite that asked, and
-to no other; a turn always ends with exactly one `ovos.utterance.handled`.
+to no other; a turn always ends with exactly one `ovos.utterance.handled`. How a reply is
+encrypted and written depends on the hub's generation (4.x password handshake, 5.x Noise):
+hub/links.py picks that per connection. QUERY (`natural_language_query`) is in hub/query.py.
 
 An engine that speaks between turns (`subscribe(session_id, callback)`, as `HiveMindChatAgent`
 relaying to another hub does: alarms, reminders, late answers) has that speech forwarded to
 the satellite session it belongs to, while the satellite is connected.
 """
 import dataclasses
-import importlib
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from threading import Lock
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Iterator, Optional
 
-from hivemind_bus_client.encryption import encrypt_as_json, encrypt_bin
-from hivemind_bus_client.message import HiveMessage, HiveMessageType
-from hivemind_bus_client.serialization import get_bitstring
 from hivemind_plugin_manager.protocols import AgentProtocol, ClientCallbacks
 from ovos_bus_client.message import Message
 from ovos_bus_client.session import Session, SessionManager
@@ -29,83 +27,17 @@ from ovos_utils.log import LOG
 from ovos_utils.xdg_utils import xdg_data_home
 
 from hivemind_chat_agent import leak_free_codecs
-from hivemind_chat_agent.errors import ConfigurationError
 from hivemind_chat_agent.core.protocol_names import (HANDLED_TYPE, SPEAK_TYPE, UNMATCHED_TYPE,
                                                 UTTERANCE_TYPES)
-from hivemind_chat_agent.hub.agent_bus import AgentBus
 from hivemind_chat_agent.core.satellites import SatelliteSessions, engine_session_id, hub_secret
 from hivemind_chat_agent.core.sessions import register
+from hivemind_chat_agent.hub.agent_bus import AgentBus
+from hivemind_chat_agent.hub.links import ReplyNotSent, install_links, link_for
+from hivemind_chat_agent.hub.query import stream_answer
 from hivemind_chat_agent.hub.serial_executor import KeyedSerialExecutor, QueueFull
+from hivemind_chat_agent.hub.settings import PLUGIN_NAME, HubSettings, load_engine
 
-PLUGIN_NAME = "hivemind-chat-agent-plugin"
-
-
-@dataclass(frozen=True)
-class HubSettings:
-    engine: Any
-    engine_config: Dict[str, Any] = field(repr=False)   # may hold a relay's credentials
-    timeout: float = 30.0        # rolling: each sentence gives the engine this long again
-    workers: int = 8             # engine calls running at once
-    max_queue: int = 64          # turns waiting for a worker before new ones are refused
-    max_queue_per_session: int = 4   # so one hung session cannot fill the queue for all
-    workers_per_client: int = 4  # engine calls of one access key at once (all its sessions)
-    max_queue_per_client: int = 16   # turns of one access key waiting
-    session_ttl: float = 3600.0  # a satellite session unseen this long is forgotten
-    max_sessions_per_client: int = 256   # beyond: the client's least recently seen is forgotten
-
-    @classmethod
-    def from_dict(cls, config: Dict[str, Any]) -> "HubSettings":
-        engine = config.get("engine")
-        if not engine:
-            raise ConfigurationError(
-                f'"{PLUGIN_NAME}" needs an "engine" (an opm.agents.chat plugin name) in '
-                'server.json: "agent_protocol": {"module": "hivemind-chat-agent-plugin", '
-                '"hivemind-chat-agent-plugin": {"engine": "...", "engine_config": {...}}}')
-        try:
-            settings = cls(engine=engine, engine_config=dict(config.get("engine_config") or {}),
-                           timeout=float(config.get("timeout", 30)),
-                           workers=int(config.get("workers", 8)),
-                           max_queue=int(config.get("max_queue", 64)),
-                           max_queue_per_session=int(config.get("max_queue_per_session", 4)),
-                           workers_per_client=int(config.get(
-                               "workers_per_client", max(1, int(config.get("workers", 8)) // 2))),
-                           max_queue_per_client=int(config.get("max_queue_per_client", 16)),
-                           session_ttl=float(config.get("session_ttl", 3600)),
-                           max_sessions_per_client=int(config.get("max_sessions_per_client",
-                                                                  256)))
-        except (TypeError, ValueError) as e:
-            raise ConfigurationError(f"invalid number in {PLUGIN_NAME} config: {e}") from None
-        if settings.timeout <= 0 or settings.workers < 1 or settings.max_queue < 1 \
-                or settings.max_queue_per_session < 1 or settings.session_ttl <= 0 \
-                or settings.workers_per_client < 1 or settings.max_queue_per_client < 1 \
-                or settings.max_sessions_per_client < 1:
-            raise ConfigurationError(f"{PLUGIN_NAME}: timeout and session_ttl must be > 0, "
-                                     "workers, max_queue and the per-session and per-client "
-                                     "bounds >= 1")
-        return settings
-
-
-def load_engine(name: str, config: Dict[str, Any]) -> ChatEngine:
-    """An opm.agents.chat plugin by entry-point name, or any ChatEngine as "module:Class"."""
-    if ":" in name:
-        module, _, attr = name.partition(":")
-        try:
-            engine_class = getattr(importlib.import_module(module), attr)
-        except (ImportError, AttributeError) as e:
-            raise ConfigurationError(f"chat engine {name!r} cannot be imported: {e}") from None
-    else:
-        from ovos_plugin_manager.agents import find_chat_plugins
-        plugins = find_chat_plugins()
-        engine_class = plugins.get(name)
-        if engine_class is None:
-            raise ConfigurationError(
-                f"chat engine {name!r} is not installed; installed opm.agents.chat plugins: "
-                f"{sorted(plugins) or 'none'}. Install it or fix \"engine\" in server.json")
-    try:
-        return engine_class(config)
-    except Exception as e:
-        raise ConfigurationError(f"chat engine {name!r} failed to start: "
-                                 f"{type(e).__name__}: {e}") from e
+__all__ = ["ChatAgentProtocol", "HubSettings", "PLUGIN_NAME", "load_engine"]
 
 
 class _HubTurn:
@@ -205,11 +137,12 @@ class ChatAgentProtocol(AgentProtocol):
         self._satellites_lock = Lock()      # IO loop (touch, disconnect, sweep) vs workers
         self._asides: Dict[str, "_Aside"] = {}   # engine session -> where its speech goes
         self._sweeping = False
-        watch_frames()
+        install_links()
         leak_free_codecs.install()   # stock satellites pick JSON-B91, whose C codec leaks
         for msg_type in UTTERANCE_TYPES:
             self.bus.on(msg_type, self._on_utterance)
-        self.bus.on("hive.client.disconnect", self._on_disconnect)
+        # no "hive.client.disconnect" handler: 4.0 and 5.x both call callbacks.on_disconnect
+        # with the connection object first, and that names every session it used
 
     @property
     def _secret(self) -> bytes:
@@ -223,21 +156,30 @@ class ChatAgentProtocol(AgentProtocol):
         from tornado.ioloop import IOLoop
         peer = message.context.get("peer") or message.context.get("source")
         client = self.clients.get(peer)
-        if client is not None and not has_session_key(client):
+        if client is None:
+            LOG.info(f"ignoring an utterance from {peer}: no such satellite is connected")
+            return
+        link = link_for(client)
+        if link is None:
+            LOG.warning(f"refusing an utterance from {peer}: its connection "
+                        f"({type(client).__name__}) is of no hivemind-core generation this "
+                        "plugin knows (4.x or 5.x); nothing is answered")
+            return
+        if not link.authenticated(client):
             LOG.warning(f"refusing an utterance from {peer}: it was not encrypted under the "
                         "connection's key (the sender knows the access key, not the "
                         "password); nothing is answered")
-            return
-        if client is None:
-            LOG.info(f"ignoring an utterance from {peer}: no such satellite is connected")
             return
         utterance = _first_utterance(message.data)
         sat_session = message.context.get("session")
         if not isinstance(sat_session, dict) or not isinstance(sat_session.get("session_id"),
                                                                 str):
             sat_session = {"session_id": "default"}
-        session_id = engine_session_id(self._secret, client.key,
-                                       str(sat_session.get("session_id")))
+        # keyed by the id the satellite declared, so its engine session is the same on 4.x
+        # and 5.x hubs (and across an upgrade); replies carry that id back
+        sat_session = dict(sat_session, session_id=link.declared_session_id(
+            client, sat_session["session_id"]))
+        session_id = engine_session_id(self._secret, client.key, sat_session["session_id"])
         loop = IOLoop.current()
         with self._satellites_lock:
             evicted = self.satellites.touch(session_id, connection_token(client), peer,
@@ -284,18 +226,13 @@ class ChatAgentProtocol(AgentProtocol):
         """IO loop, as the connection goes: its sessions, and its old names in core's table.
         hivemind-core 4.0 files a connection under a new peer string at every HELLO and
         forgets only the last one, so each session id a connection ever declared would keep
-        the whole connection alive. Upstream fix: key `clients` by connection."""
+        the whole connection alive (5.x drops the old name at each HELLO itself: there this
+        finds nothing)."""
         clients = self.clients      # {} before hivemind-core binds the plugin
         for peer in [p for p, c in list(clients.items()) if c is client and p != client.peer]:
             clients.pop(peer, None)
         with self._satellites_lock:     # by the object: its peer string may be stale
             gone = self.satellites.closed(connection_token(client))
-        self._forget_sessions(gone)
-
-    def _on_disconnect(self, message: Message) -> None:
-        peer = message.context.get("source")
-        with self._satellites_lock:
-            gone = self.satellites.disconnected(peer)
         self._forget_sessions(gone)
 
     # ---- speech between turns (engines that have it) ----
@@ -352,14 +289,19 @@ class ChatAgentProtocol(AgentProtocol):
         turn.loop.add_callback(self._send, turn.peer, reply)
 
     def _send(self, peer: str, reply: Message) -> None:
+        """IO loop. A reply that cannot go out is a WARNING with the reason, never silence."""
         client = self.clients.get(peer)
-        if client is None:
-            LOG.info(f"satellite {peer} is gone; dropping its {reply.msg_type}")
-            return
+        link = link_for(client) if client is not None else None
         try:
-            send_encrypted(client, reply)
+            if client is None:
+                raise ReplyNotSent("the satellite is no longer connected")
+            if link is None:
+                raise ReplyNotSent(f"unknown connection type {type(client).__name__}")
+            link.send(client, reply)
+        except ReplyNotSent as e:
+            LOG.warning(f"not sending {reply.msg_type} to {peer}: {e}")
         except Exception as e:
-            LOG.info(f"could not send {reply.msg_type} to {peer}: {type(e).__name__}")
+            LOG.warning(f"could not send {reply.msg_type} to {peer}: {type(e).__name__}: {e}")
 
     # ---- worker thread ----
     def _run(self, turn: _HubTurn) -> None:
@@ -406,6 +348,17 @@ class ChatAgentProtocol(AgentProtocol):
             data["site_id"] = turn.satellite_session["site_id"]
         return data
 
+    # ---- hivemind-core's QUERY / CASCADE (abstract from hivemind-plugin-manager 0.7) ----
+    def natural_language_query(self, utterance: str, lang: str) -> Iterator[Optional[str]]:
+        """The engine's sentences as they come, then None (also after a failure, which is a
+        WARNING). Runs on core's query worker; the engine on this plugin's bounded workers."""
+        return stream_answer(self, utterance, lang, group="query")
+
+    def answer_query(self, utterance: str, lang: str, client=None) -> Iterator[Optional[str]]:
+        """As `natural_language_query`, counted against the asking client's worker share."""
+        group = connection_client(client) if client is not None else "query"
+        return stream_answer(self, utterance, lang, group=group)
+
     def __repr__(self) -> str:
         # the dataclass repr would print config, i.e. a relay's upstream key and password, and
         # hivemind-core logs client objects (which reference this) at DEBUG
@@ -423,63 +376,6 @@ class ChatAgentProtocol(AgentProtocol):
             stop()
 
 
-def send_encrypted(client, reply: Message) -> None:
-    """What hivemind-core's `HiveMindClientConnection.send` does for a BUS message, minus its
-    four LOG.debug calls per message (ovos_utils walks the call stack on each, filtered or not:
-    about a quarter of the hub's CPU per turn) and minus its plain-text fallback: a reply to a
-    connection without a session key is not sent at all."""
-    if reply.msg_type in (client.msg_blacklist or ()):
-        return
-    if not client.crypto_key:
-        LOG.warning(f"not sending {reply.msg_type}: the connection has no session key")
-        return
-    message = HiveMessage(HiveMessageType.BUS, payload=reply)
-    if client.binarize:
-        frame = encrypt_bin(key=client.crypto_key, cipher=client.cipher,
-                            plaintext=get_bitstring(hive_type=message.msg_type, payload=reply,
-                                                    hivemeta=message.metadata,
-                                                    binary_type=message.bin_type).bytes)
-        write_frame(client, frame, True)
-    else:
-        write_frame(client, encrypt_as_json(key=client.crypto_key, plaintext=message.serialize(),
-                                            cipher=client.cipher, encoding=client.encoding),
-                    False)
-
-
-def write_frame(client, frame, binary: bool) -> None:
-    """Write through the connection's tornado handler and consume the write's outcome.
-
-    hivemind-core's `send_msg` drops the Future of `write_message`; when the satellite's socket
-    closes while a frame is in flight, that Future fails and asyncio later logs "Task exception
-    was never retrieved" with a traceback, once per frame. The handler is the one `send_msg`
-    closes over (hivemind-websocket-protocol); without it, `send_msg` is used as is."""
-    handler = _socket_handler(client)
-    if handler is None:
-        client.send_msg(frame, binary)
-        return
-    future = handler.write_message(frame, binary)
-    if future is not None and hasattr(future, "add_done_callback"):
-        future.add_done_callback(_consume_write)
-
-
-def _socket_handler(client):
-    for cell in getattr(getattr(client, "send_msg", None), "__closure__", None) or ():
-        try:
-            candidate = cell.cell_contents
-        except ValueError:     # an empty cell
-            continue
-        if callable(getattr(candidate, "write_message", None)):
-            return candidate
-    return None
-
-
-def _consume_write(future) -> None:
-    if not future.cancelled() and future.exception() is not None:
-        LOG.debug(f"a reply was not delivered: the satellite's socket closed "
-                  f"({type(future.exception()).__name__})")
-
-
-_ENCRYPTED_MARK = "_hivemind_chat_encrypted"
 _TOKEN = "_hivemind_chat_connection"
 
 
@@ -496,43 +392,6 @@ def connection_token(client) -> str:
         token = uuid.uuid4().hex
         setattr(client, _TOKEN, token)
     return token
-
-
-def has_session_key(client) -> bool:
-    """Did the frame being handled arrive as ciphertext that decrypted under the connection's
-    key (so its sender knows the password-derived or pre-shared secret)?
-
-    hivemind-core 4.0 decodes plain-text frames from any connection that presented a valid
-    access key, before or after a handshake, and never checks the password envelope: a
-    satellite that knows only the access key reaches the agent protocol. Core does not tell an
-    agent protocol how a message arrived, so `watch_frames()` marks each connection as its
-    frames are decoded. A connection we cannot tell about counts as unproven."""
-    return getattr(client, _ENCRYPTED_MARK, False) is True
-
-
-def watch_frames() -> None:
-    """Wrap hivemind-core 4.0's `HiveMindClientConnection.decode` (once per process) to mark
-    whether each decoded frame was ciphertext. Decoding runs on the hub's IO loop, which then
-    hands the message to the agent protocol synchronously, so the mark belongs to that very
-    message. Behaviour is otherwise unchanged. The upstream fix: reject plain-text frames once
-    a connection has a key (the TODO in `decode`) and verify the password envelope."""
-    try:
-        from hivemind_core.protocol import HiveMindClientConnection
-    except ImportError:
-        return
-    original = HiveMindClientConnection.decode
-    if getattr(original, "_hivemind_chat_watch", False):
-        return
-
-    def decode(self, payload, *args, **kwargs):
-        setattr(self, _ENCRYPTED_MARK, False)
-        message = original(self, payload, *args, **kwargs)   # raises on a failed decryption
-        setattr(self, _ENCRYPTED_MARK, bool(self.crypto_key) and (
-            isinstance(payload, bytes) or
-            (isinstance(payload, str) and "ciphertext" in payload)))
-        return message
-    decode._hivemind_chat_watch = True
-    HiveMindClientConnection.decode = decode
 
 
 # What skills change between turns: the hub keeps it for each satellite session, because a

@@ -1,0 +1,78 @@
+"""What `hivemind-chat-agent-plugin` reads from hivemind-core's server.json, and its engine."""
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Dict
+
+from ovos_plugin_manager.templates.agents import ChatEngine
+
+from hivemind_chat_agent.errors import ConfigurationError
+
+PLUGIN_NAME = "hivemind-chat-agent-plugin"
+
+
+@dataclass(frozen=True)
+class HubSettings:
+    engine: Any
+    engine_config: Dict[str, Any] = field(repr=False)   # may hold a relay's credentials
+    timeout: float = 30.0        # rolling: each sentence gives the engine this long again
+    workers: int = 8             # engine calls running at once
+    max_queue: int = 64          # turns waiting for a worker before new ones are refused
+    max_queue_per_session: int = 4   # so one hung session cannot fill the queue for all
+    workers_per_client: int = 4  # engine calls of one access key at once (all its sessions)
+    max_queue_per_client: int = 16   # turns of one access key waiting
+    session_ttl: float = 3600.0  # a satellite session unseen this long is forgotten
+    max_sessions_per_client: int = 256   # beyond: the client's least recently seen is forgotten
+
+    @classmethod
+    def from_dict(cls, config: Dict[str, Any]) -> "HubSettings":
+        engine = config.get("engine")
+        if not engine:
+            raise ConfigurationError(
+                f'"{PLUGIN_NAME}" needs an "engine" (an opm.agents.chat plugin name) in '
+                'server.json: "agent_protocol": {"module": "hivemind-chat-agent-plugin", '
+                '"hivemind-chat-agent-plugin": {"engine": "...", "engine_config": {...}}}')
+        try:
+            settings = cls(engine=engine, engine_config=dict(config.get("engine_config") or {}),
+                           timeout=float(config.get("timeout", 30)),
+                           workers=int(config.get("workers", 8)),
+                           max_queue=int(config.get("max_queue", 64)),
+                           max_queue_per_session=int(config.get("max_queue_per_session", 4)),
+                           workers_per_client=int(config.get(
+                               "workers_per_client", max(1, int(config.get("workers", 8)) // 2))),
+                           max_queue_per_client=int(config.get("max_queue_per_client", 16)),
+                           session_ttl=float(config.get("session_ttl", 3600)),
+                           max_sessions_per_client=int(config.get("max_sessions_per_client",
+                                                                  256)))
+        except (TypeError, ValueError) as e:
+            raise ConfigurationError(f"invalid number in {PLUGIN_NAME} config: {e}") from None
+        if settings.timeout <= 0 or settings.workers < 1 or settings.max_queue < 1 \
+                or settings.max_queue_per_session < 1 or settings.session_ttl <= 0 \
+                or settings.workers_per_client < 1 or settings.max_queue_per_client < 1 \
+                or settings.max_sessions_per_client < 1:
+            raise ConfigurationError(f"{PLUGIN_NAME}: timeout and session_ttl must be > 0, "
+                                     "workers, max_queue and the per-session and per-client "
+                                     "bounds >= 1")
+        return settings
+
+
+def load_engine(name: str, config: Dict[str, Any]) -> ChatEngine:
+    """An opm.agents.chat plugin by entry-point name, or any ChatEngine as "module:Class"."""
+    if ":" in name:
+        module, _, attr = name.partition(":")
+        try:
+            engine_class = getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError) as e:
+            raise ConfigurationError(f"chat engine {name!r} cannot be imported: {e}") from None
+    else:
+        from ovos_plugin_manager.agents import find_chat_plugins
+        plugins = find_chat_plugins()
+        engine_class = plugins.get(name)
+        if engine_class is None:
+            raise ConfigurationError(
+                f"chat engine {name!r} is not installed; installed opm.agents.chat plugins: "
+                f"{sorted(plugins) or 'none'}. Install it or fix \"engine\" in server.json")
+    try:
+        return engine_class(config)
+    except Exception as e:
+        raise ConfigurationError(f"chat engine {name!r} failed to start: "
+                                 f"{type(e).__name__}: {e}") from e
