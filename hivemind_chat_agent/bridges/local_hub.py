@@ -7,7 +7,11 @@ the socket is bound to loopback on a free port, the IO loop runs in a thread tha
 and each hub gets its own handler class and client table so several hubs can share a process.
 
 hivemind-core reads its config and client database from the XDG folders on every connection,
-so while a LocalHub runs, this process's XDG_CONFIG_HOME / XDG_DATA_HOME point into its `home`.
+so while a LocalHub runs, this process's XDG_CONFIG_HOME / XDG_DATA_HOME point into its `home`
+(absolute: hivemind-core 5.x silently falls back to the home directory on a relative one).
+
+Both generations run here: hivemind-core 4.0 (password handshake) and 5.x (Noise; message types
+denied unless the client was allowed them, which `add_client` does for what our client sends).
 """
 import asyncio
 import json
@@ -17,7 +21,7 @@ import shutil
 import tempfile
 import threading
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 from ovos_utils.log import LOG
 
@@ -25,6 +29,13 @@ from hivemind_chat_agent import background
 
 XDG_DIRS = {"XDG_CONFIG_HOME": "config", "XDG_DATA_HOME": "data",
             "XDG_CACHE_HOME": "cache", "XDG_STATE_HOME": "state"}
+
+# What HiveMindChatAgent sends: an utterance under either name (5.x calls ovos.utterance.handle
+# current, recognizer_loop:utterance legacy) and the end of each spoken sentence, which skills
+# that speak with wait=True wait for. hivemind-core 5.x denies every type a client was not
+# allowed; 4.0 always allows recognizer_loop:utterance and ignores types it does not know.
+CLIENT_TOPICS = ("recognizer_loop:utterance", "ovos.utterance.handle",
+                 "recognizer_loop:audio_output_end")
 
 
 @dataclass(frozen=True)
@@ -43,6 +54,7 @@ class HubCredentials:
 
 def hub_environment(home: str) -> Dict[str, str]:
     """XDG variables that make hivemind-core (hub or CLI) use `home` for config and data."""
+    home = os.path.abspath(home)
     return {var: os.path.join(home, sub) for var, sub in XDG_DIRS.items()}
 
 
@@ -73,7 +85,7 @@ class LocalHub:
     def __init__(self, agent_protocol, home: Optional[str] = None, port: int = 0):
         self.agent_protocol = agent_protocol
         self._own_home = home is None
-        self.home = home or tempfile.mkdtemp(prefix="hivemind-chat-hub-")
+        self.home = os.path.abspath(home or tempfile.mkdtemp(prefix="hivemind-chat-hub-"))
         self.host = "127.0.0.1"
         self.port = port
         self.protocol = None
@@ -100,8 +112,14 @@ class LocalHub:
         if not os.path.isfile(server_json):
             write_server_config(self.home)
         self.db = ClientDatabase()
+        identity = NodeIdentity()
+        if not identity.public_key:
+            # as `hivemind-core listen` does on 5.x: its node id is this key, and a Noise
+            # handshake fails (1011) without one
+            identity.create_keys()
+            identity.save()
         self.protocol = HiveMindListenerProtocol(agent_protocol=self.agent_protocol,
-                                                 identity=NodeIdentity(), db=self.db)
+                                                 identity=identity, db=self.db)
         self.protocol.clients = {}   # the class attribute is shared by every hub in a process
         sockets = bind_sockets(self.port, self.host)
         self.port = sockets[0].getsockname()[1]
@@ -155,6 +173,12 @@ class LocalHub:
             loop.add_callback(shutdown)
             thread.join(timeout=5)
         self._loop = self._thread = None
+        stop_protocol = getattr(self.protocol, "shutdown", None)   # 5.x: its worker pools
+        if callable(stop_protocol):
+            try:
+                stop_protocol()
+            except Exception as e:
+                LOG.warning(f"hivemind-core did not shut down cleanly: {type(e).__name__}: {e}")
         for var, value in self._saved_env.items():
             if value is None:
                 os.environ.pop(var, None)
@@ -172,11 +196,14 @@ class LocalHub:
 
     # ---- clients ----
     def add_client(self, name: str = "hivemind-chat", key: Optional[str] = None,
-                   password: Optional[str] = None, admin: bool = False) -> HubCredentials:
-        """Register a client through hivemind-core's own database API."""
+                   password: Optional[str] = None, admin: bool = False,
+                   allow: Sequence[str] = CLIENT_TOPICS) -> HubCredentials:
+        """Register a client through hivemind-core's own database API, allowed to send the
+        message types in `allow` (by default what our client sends)."""
         key = key or secrets.token_hex(16)
         password = password or secrets.token_hex(16)
         with self.db as db:
-            if not db.add_client(name, key, password=password, admin=admin):
+            if not db.add_client(name, key, password=password, admin=admin,
+                                 allowed_types=list(allow)):
                 raise RuntimeError(f"hivemind-core refused to add client {name!r}")
         return HubCredentials(self.host, self.port, key, password, name)
