@@ -9,12 +9,14 @@ from hivemind_chat_agent.client.pool import ConnectionPool
 
 class FakeConnection:
     opened = []
+    many_sessions = False          # a 4.x hub
 
     def __init__(self, config, session):
         self.session_id = session.session_id
         self.alive = True
         self.leases = 0
         self.last_used = 0.0
+        self.retired = False
         FakeConnection.opened.append(self)
 
     def connect(self):
@@ -98,3 +100,83 @@ def test_closed_pool_refuses_and_closes_everything(pool):
     assert not a.alive
     with pytest.raises(AgentClosedError):
         pool.acquire(Session("b"))
+
+
+class SharingConnection(FakeConnection):
+    many_sessions = True           # a 5.x hub: each message declares its Session
+
+    def __init__(self, config, session):
+        super().__init__(config, session)
+        self.many_sessions = True
+
+
+@pytest.fixture
+def shared_pool():
+    FakeConnection.opened = []
+    clock = Clock()
+    config = ClientConfig.from_dict({"host": "127.0.0.1", "key": "k", "password": "p",
+                                     "max_connections": 2, "idle_timeout": 10,
+                                     "shared_connections": 4})
+    p = ConnectionPool(config, factory=SharingConnection, clock=clock)
+    p.clock = clock
+    yield p
+    p.close_all()
+
+
+def test_a_sharing_hub_carries_every_session_over_a_few_connections(shared_pool):
+    """A new conversation joins an open connection (no handshake); another connection opens
+    only while all are busy, up to shared_connections; a session stays where it was."""
+    held = [shared_pool.acquire(Session(f"s{k}")) for k in range(100)]   # all in flight
+    assert len(FakeConnection.opened) == 4 == len(shared_pool)
+    assert max(c.leases for c in FakeConnection.opened) <= 25
+    for k, conn in enumerate(held):
+        assert shared_pool.peek(f"s{k}") is conn
+        shared_pool.release(conn)
+    for k, conn in enumerate(held):
+        again = shared_pool.acquire(Session(f"s{k}"))
+        assert again is conn
+        shared_pool.release(again)
+    fresh = shared_pool.acquire(Session("new"))
+    assert fresh in held and len(FakeConnection.opened) == 4
+    shared_pool.release(fresh)
+
+
+def test_one_idle_connection_serves_new_sessions_one_after_another(shared_pool):
+    for k in range(50):
+        shared_pool.release(shared_pool.acquire(Session(f"s{k}")))
+    assert len(FakeConnection.opened) == 1
+
+
+def test_discarding_a_shared_connection_waits_for_the_other_sessions_turns(shared_pool):
+    a = shared_pool.acquire(Session("s1"))
+    b = shared_pool.acquire(Session("s2"))
+    assert a is b and a.leases == 2
+    shared_pool.release(a)
+    shared_pool.discard("s1")
+    assert a.alive and a.retired                  # s2's turn is still on it
+    fresh = shared_pool.acquire(Session("s1"))
+    assert fresh is not a
+    shared_pool.release(b)
+    assert not a.alive                            # closed with its last turn
+    shared_pool.release(fresh)
+
+
+def test_a_hub_that_mixes_up_sessions_falls_back_to_one_connection_each(shared_pool):
+    first = shared_pool.acquire(Session("s1"))
+    shared_pool.release(first)
+    first.many_sessions = False                   # it answered a turn under another id
+    again = shared_pool.acquire(Session("s1"))
+    other = shared_pool.acquire(Session("s2"))
+    assert again is not first and other is not again and not first.alive
+    shared_pool.release(again)
+    shared_pool.release(other)
+
+
+def test_idle_shared_connections_are_reaped_unless_someone_listens(shared_pool):
+    conn = shared_pool.acquire(Session("s1"))
+    shared_pool.release(conn)
+    shared_pool.pin("s1")
+    shared_pool.clock.now = 100
+    assert shared_pool.reap_idle() == 0 and conn.alive
+    shared_pool.unpin("s1")
+    assert shared_pool.reap_idle() == 1 and not conn.alive and len(shared_pool) == 0

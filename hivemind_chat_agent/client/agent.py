@@ -106,9 +106,10 @@ class HiveMindChatAgent(ChatEngine):
     def report_audio_end(self, session_id: str = "default") -> None:
         """With `plays_audio`: the caller has finished playing this session's speech, so
         skills waiting on it (speak with wait=True, get_response) go on."""
-        conn = self.pool.peek(self.sessions.resolve(session_id))
+        sid = self.sessions.resolve(session_id)
+        conn = self.pool.peek(sid)
         if conn is not None:
-            conn.report_audio_end()
+            conn.report_audio_end(session_id=sid)
 
     def shutdown(self) -> None:
         """Close every connection and stop every thread of this agent; turns in flight end."""

@@ -23,7 +23,8 @@ class ClientConfig:
     useragent: str = "hivemind-chat-agent"
     timeout: float = 30.0           # rolling, per turn
     connect_timeout: float = 10.0
-    max_connections: int = 32       # one per active session_id on a 4.0 hub
+    max_connections: int = 32       # one per active session_id on a 4.x hub
+    shared_connections: int = 4     # all session_ids, on a hub that reads each message's Session
     idle_timeout: float = 300.0     # an idle connection is closed after this long
     default_session_id: str = ""    # what the caller's "default" session_id becomes
     session_store: Optional[str] = None   # directory keeping sessions across processes
@@ -68,6 +69,7 @@ class ClientConfig:
             timeout = float(config.get("timeout", 30))
             connect_timeout = float(config.get("connect_timeout", 10))
             max_connections = int(config.get("max_connections", 32))
+            shared = int(config.get("shared_connections", 4))
             idle_timeout = float(config.get("idle_timeout", 300))
             store_max = int(config.get("session_store_max", 1000))
             store_ttl = float(config.get("session_store_ttl", 30 * 86400))
@@ -77,6 +79,8 @@ class ClientConfig:
             idle_ttl = float(config.get("session_idle_ttl", 3600))
         except (TypeError, ValueError) as e:
             raise ConfigurationError(f"invalid number in agent config: {e}") from None
+        if not 1 <= shared <= 64:
+            raise ConfigurationError("shared_connections must be between 1 and 64")
         if timeout <= 0 or connect_timeout <= 0 or max_connections < 1 or idle_timeout <= 0 \
                 or store_max < 1 or store_ttl <= 0 or churn_guard < 0 \
                 or max_frame < 4096 or max_sessions < 1 or idle_ttl <= 0:
@@ -106,6 +110,7 @@ class ClientConfig:
                    useragent=str(config.get("useragent") or "hivemind-chat-agent"),
                    timeout=timeout, connect_timeout=connect_timeout,
                    max_connections=max_connections, idle_timeout=idle_timeout,
+                   shared_connections=shared,
                    default_session_id=default_sid, session_store=store or None,
                    session_store_max=store_max, session_store_ttl=store_ttl,
                    plays_audio=bool(config.get("plays_audio", False)),

@@ -17,11 +17,13 @@ Like a satellite, it reports `recognizer_loop:audio_output_end` for every senten
 (at once: it has no speaker), because skills that speak with wait=True block until then; a
 caller that plays the audio itself sets `plays_audio` and reports through the agent.
 """
+import dataclasses
 import queue
 import socket
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import pybase64
@@ -68,8 +70,10 @@ class TurnHandle:
 
 
 class HubConnection:
-    """One websocket to the hub carrying one session's turns (a 4.0 hub binds one session to a
-    connection; `TurnTable` is keyed by session so a multiplexing hub could share one)."""
+    """One websocket to the hub. On a 4.x hub it carries one session's turns (the hub binds the
+    HELLO's Session to the connection); on a hub whose channel says it reads every message's
+    Session (`many_sessions`, 5.x) the pool shares it between session_ids, each utterance
+    declaring its own. `TurnTable` is keyed by session either way."""
 
     def __init__(self, config: ClientConfig, session: Session, book: SessionBook,
                  on_aside: Callable[[str, str], None] = lambda sid, text: None,
@@ -101,6 +105,9 @@ class HubConnection:
         self.topic = topic or UtteranceTopic(config.utterance_topic)
         self._audio_end_denied = False
         self.heard = False                  # some message arrived since the handshake
+        self.retired = False                # the pool gives it no new turns
+        self._carried: "OrderedDict[str, None]" = OrderedDict()   # sessions it has carried
+        self._tags: Dict[str, str] = {}     # open turn tag -> its session id
         self._thread: Optional[threading.Thread] = None
         self.last_used = clock()
         self.leases = 0                     # turns holding this connection (the pool's lock)
@@ -177,6 +184,11 @@ class HubConnection:
                 raise ConnectionLostError("the connection to the hub is closed; retry the turn")
             self._table.open(turn)
             self._handles[session.session_id] = handle
+            self._tags[tag] = session.session_id
+            self._carried[session.session_id] = None
+            self._carried.move_to_end(session.session_id)
+            while len(self._carried) > self.config.max_sessions:
+                self._carried.popitem(last=False)
         wire = self._book.wire(session)
         data = {"utterances": [utterance]}
         if "lang" in wire:
@@ -207,6 +219,7 @@ class HubConnection:
             self._table.close(handle.turn)
             if self._handles.get(handle.turn.session_id) is handle:
                 del self._handles[handle.turn.session_id]
+            self._tags.pop(handle.turn.tag, None)
         self.last_used = self._clock()
 
     # ---- socket thread ----
@@ -276,10 +289,10 @@ class HubConnection:
         if reply is None:
             LOG.debug(f"ignoring reply: {why}")
             return
-        if reply.session_id != self.session_id:
-            LOG.debug(f"ignoring {reply.msg_type} for another session")
-            return
         with self._lock:
+            reply = self._own_session(reply)
+            if reply is None:
+                return
             routing = self._table.route(reply, self._clock())
             if routing.absorb is not Absorb.NOTHING:
                 self._book.absorb(reply.session_id, reply.session,
@@ -293,7 +306,7 @@ class HubConnection:
         if reply.kind is ReplyKind.SPEAK and not self.config.plays_audio:
             if routing.events:
                 time.sleep(0)   # let the woken caller take the sentence before we encrypt
-            self.report_audio_end(reply.turn_tag)
+            self.report_audio_end(reply.turn_tag, reply.session_id)
         if routing.aside is not None:
             self._on_aside(reply.session_id, routing.aside)
 
@@ -336,10 +349,30 @@ class HubConnection:
                 handle.error = error
                 handle.push(handle.turn.lose(str(error), "refused"))
 
-    def report_audio_end(self, tag: Optional[str] = None) -> None:
+    def _own_session(self, reply):
+        """The reply if it belongs to a session this connection carries, else None (caller
+        holds the lock). A reply that carries one of our turn tags under another session id
+        means the hub does not give each message its own Session back (4.13-4.14 namespace
+        them): it is routed by its tag, its Session is not taken (`absorb` checks the id), and
+        this connection stops being shared."""
+        sid, tag = reply.session_id, reply.turn_tag
+        owner = self._tags.get(tag) if tag is not None else None
+        if owner is not None and owner != sid:
+            if self.many_sessions:
+                LOG.warning(f"the hub answered a turn of session {owner} under the id {sid}: "
+                            "from now on each session gets a connection of its own")
+                self.many_sessions = False
+            return dataclasses.replace(reply, session_id=owner)
+        if sid == self.session_id or (self.many_sessions and sid in self._carried):
+            return reply
+        LOG.debug(f"ignoring {reply.msg_type} for another session")
+        return None
+
+    def report_audio_end(self, tag: Optional[str] = None,
+                         session_id: Optional[str] = None) -> None:
         """Tell the hub this session's speech has been played, as a satellite does after each
         sentence: skills that spoke with wait=True go on."""
-        sess = SessionManager.sessions.get(self.session_id)
+        sess = SessionManager.sessions.get(session_id or self.session_id)
         if sess is None or not self._ready.is_set() or self._closed or self._audio_end_denied:
             return
         context = {"session": self._book.wire(sess), "source": self.useragent,

@@ -1,10 +1,20 @@
-"""Connections kept per session_id: opened on first use, reused, closed when idle, bounded (LRU).
+"""The agent's connections: opened on first use, reused, closed when idle, bounded.
+
+How many depends on the hub, learnt from the first connection's handshake (never by probing
+with an utterance): a 4.x hub binds one Session to a connection, so each session_id gets its
+own (LRU-bounded by `max_connections`); a hub that reads each message's Session (5.x) carries
+every session_id of the agent over at most `shared_connections` connections, so a new
+conversation pays no handshake: it joins the least busy one, and a session stays on the
+connection it last used (where the hub sends its speech between turns). Another connection is
+opened only while every open one has `TURNS_PER_SHARED` turns in flight. Should such a hub answer
+a session under another id, the pool falls back to a connection per session.
 
 Closing a connection loses nothing: a conversation's state is its Session in SessionManager,
 which the next connection sends in its HELLO and with every utterance.
 """
 import threading
 import time
+import zlib
 from collections import OrderedDict
 from typing import Callable, Dict, List, Optional, Set
 
@@ -18,6 +28,9 @@ from hivemind_chat_agent.client.connection import HubConnection
 from hivemind_chat_agent.errors import AgentClosedError
 
 
+TURNS_PER_SHARED = 16   # turns in flight on a shared connection before another is opened
+
+
 class ConnectionPool:
     def __init__(self, config: ClientConfig,
                  factory: Callable[[ClientConfig, Session], HubConnection] = HubConnection,
@@ -26,7 +39,12 @@ class ConnectionPool:
         self._factory = factory
         self._clock = clock
         self._lock = threading.Lock()
-        self._conns: "OrderedDict[str, HubConnection]" = OrderedDict()
+        self._conns: "OrderedDict[str, HubConnection]" = OrderedDict()   # one per session
+        self._shared: List[HubConnection] = []        # where the hub lets sessions share
+        self._sticky: "OrderedDict[str, HubConnection]" = OrderedDict()  # session -> its last
+        self._sharing: Optional[bool] = None          # unknown until the first handshake
+        self._first = threading.Lock()                # one connection learns it, not 64
+        self._opening = threading.Lock()              # shared connections open one at a time
         self._pinned: Dict[str, int] = {}   # sessions whose idle connection must stay open
         self._connecting: Set[HubConnection] = set()
         self._closed = False
@@ -39,6 +57,105 @@ class ConnectionPool:
         """The live connection for this session, connecting if needed, leased to the caller until
         `release()` (callers serialize per session, so two connects for one session never
         race)."""
+        if self._sharing is None:
+            with self._first:
+                if self._sharing is None:
+                    conn = self._open(session)
+                    with self._lock:
+                        self._sharing = conn.many_sessions
+                        if self._sharing:
+                            self._shared.append(conn)
+                            self._stick(session.session_id, conn)
+                        else:
+                            self._conns[session.session_id] = conn
+                        conn.leases += 1
+                        self._start_reaper()
+                    return conn
+        if self._sharing:
+            conn = self._acquire_shared(session)
+            if conn is not None:
+                return conn
+        return self._acquire_own(session)
+
+    def _acquire_shared(self, session: Session) -> Optional[HubConnection]:
+        """A shared connection for this session, or None once the hub showed it cannot share."""
+        sid = session.session_id
+        while True:
+            with self._lock:
+                self._check_open()
+                stale = self._drop_unusable()
+                if not self._sharing:
+                    break
+                conn = self._sticky.get(sid)
+                if conn is None or conn not in self._shared:
+                    busy = self._opening.locked() or \
+                        len(self._shared) >= self.config.shared_connections
+                    conn = min(self._shared, key=lambda c: c.leases, default=None)
+                    if conn is not None and conn.leases >= TURNS_PER_SHARED and not busy:
+                        conn = None          # all are busy and there is room: open another
+                if conn is not None:
+                    self._stick(sid, conn)
+                    conn.leases += 1
+                    self._close_later(stale)
+                    return conn
+            self._close_later(stale)
+            with self._opening:
+                with self._lock:
+                    if len(self._shared) >= self.config.shared_connections or \
+                            any(c.leases < TURNS_PER_SHARED for c in self._shared):
+                        continue             # another thread opened one meanwhile
+                conn = self._open(session)
+                with self._lock:
+                    if self._closed:
+                        conn.close()
+                        self._check_open()
+                    self._shared.append(conn)
+                    self._stick(sid, conn)
+                    conn.leases += 1
+                    self._start_reaper()
+                return conn
+        self._close_later(stale)
+        return None
+
+    def _drop_unusable(self) -> List[HubConnection]:
+        """Take dead and retired connections out of the shared set (caller holds the lock); a
+        connection that saw the hub mix up sessions ends sharing for good."""
+        if any(not c.many_sessions for c in self._shared):
+            self._sharing = False
+        keep = [c for c in self._shared if self._sharing and c.alive and not c.retired]
+        gone = [c for c in self._shared if c not in keep]
+        self._shared = keep
+        for conn in gone:
+            conn.retired = True
+        return gone
+
+    def _stick(self, sid: str, conn: HubConnection) -> None:
+        self._sticky[sid] = conn
+        self._sticky.move_to_end(sid)
+        while len(self._sticky) > self.config.max_sessions:
+            self._sticky.popitem(last=False)
+
+    def _close_later(self, conns: List[HubConnection]) -> None:
+        """Close retired connections that no turn holds; the others close with their last turn."""
+        idle = [c for c in conns if c.leases == 0]
+        if idle:
+            background.start(threading.Thread(target=self._close, args=(idle,), daemon=True,
+                                              name="hivemind-chat-retire"))
+
+    def _open(self, session: Session) -> HubConnection:
+        with self.gate.change():
+            conn = self._factory(self.config, session)
+            with self._lock:
+                self._check_open()
+                self._connecting.add(conn)      # so close_all() can end the connect at once
+            try:
+                conn.connect()
+            finally:
+                with self._lock:
+                    self._connecting.discard(conn)
+        return conn
+
+    def _acquire_own(self, session: Session) -> HubConnection:
         sid = session.session_id
         with self._lock:
             self._check_open()
@@ -49,18 +166,9 @@ class ConnectionPool:
                     conn.leases += 1
                     return conn
                 del self._conns[sid]
-        with self.gate.change():
-            if conn is not None:
-                conn.close()
-            conn = self._factory(self.config, session)
-            with self._lock:
-                self._check_open()
-                self._connecting.add(conn)      # so close_all() can end the connect at once
-            try:
-                conn.connect()
-            finally:
-                with self._lock:
-                    self._connecting.discard(conn)
+        if conn is not None:
+            self._close([conn])
+        conn = self._open(session)
         with self._lock:
             if self._closed:
                 conn.close()
@@ -77,10 +185,16 @@ class ConnectionPool:
         with self._lock:
             conn.leases -= 1
             conn.last_used = self._clock()
+            done = conn.retired and conn.leases == 0
+        if done:
+            self._close([conn])
 
     def peek(self, session_id: str) -> Optional[HubConnection]:
         """The session's open connection, if any, without leasing it."""
         with self._lock:
+            if self._sharing:
+                conn = self._sticky.get(session_id)
+                return conn if conn in self._shared else None
             return self._conns.get(session_id)
 
     def pin(self, session_id: str) -> None:
@@ -100,6 +214,15 @@ class ConnectionPool:
         """Drop a connection whose stream can no longer be trusted (lost, timed out, abandoned)."""
         with self._lock:
             conn = self._conns.pop(session_id, None)
+            if conn is None and self._sharing:    # other sessions' turns may be on it
+                conn = self._sticky.pop(session_id, None)
+                if conn is not None and conn in self._shared:
+                    self._shared.remove(conn)
+                    conn.retired = True
+                    if conn.leases:
+                        return                    # closed when its last turn ends
+                else:
+                    conn = None
         if conn is not None:
             self._close([conn])
 
@@ -112,14 +235,22 @@ class ConnectionPool:
                         and sid not in self._pinned))]
             conns = [self._conns.pop(sid) for sid in idle]
             conns += self._evict_over_bound(keep=None)
+            listened = {id(self._sticky.get(sid)) for sid in self._pinned}
+            idle_shared = [c for c in self._shared
+                           if not c.leases and (not c.alive or (
+                               now - c.last_used >= self.config.idle_timeout
+                               and id(c) not in listened))]
+            self._shared = [c for c in self._shared if c not in idle_shared]
+            conns += idle_shared
         self._close(conns)
         return len(conns)
 
     def close_all(self) -> None:
         with self._lock:
             self._closed = True
-            conns = list(self._conns.values())
+            conns = list(self._conns.values()) + self._shared
             self._conns.clear()
+            self._shared, self._sticky = [], OrderedDict()
             connecting = list(self._connecting)
             reaper, self._reaper = self._reaper, None
         for conn in connecting:
@@ -132,7 +263,7 @@ class ConnectionPool:
 
     def __len__(self) -> int:
         with self._lock:
-            return len(self._conns)
+            return len(self._conns) + len(self._shared)
 
     def _close(self, conns: List[HubConnection]) -> None:
         """Close connections while none of this agent's turns is in flight (ChurnGate)."""
