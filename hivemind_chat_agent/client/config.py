@@ -25,6 +25,7 @@ class ClientConfig:
     connect_timeout: float = 10.0
     max_connections: int = 32       # one per active session_id on a 4.x hub
     shared_connections: int = 4     # all session_ids, on a hub that reads each message's Session
+    share_connections: bool = True  # False: a connection per session_id on every hub
     idle_timeout: float = 300.0     # an idle connection is closed after this long
     default_session_id: str = ""    # what the caller's "default" session_id becomes
     session_store: Optional[str] = None   # directory keeping sessions across processes
@@ -111,6 +112,7 @@ class ClientConfig:
                    timeout=timeout, connect_timeout=connect_timeout,
                    max_connections=max_connections, idle_timeout=idle_timeout,
                    shared_connections=shared,
+                   share_connections=bool(config.get("share_connections", True)),
                    default_session_id=default_sid, session_store=store or None,
                    session_store_max=store_max, session_store_ttl=store_ttl,
                    plays_audio=bool(config.get("plays_audio", False)),

@@ -42,7 +42,8 @@ class ConnectionPool:
         self._conns: "OrderedDict[str, HubConnection]" = OrderedDict()   # one per session
         self._shared: List[HubConnection] = []        # where the hub lets sessions share
         self._sticky: "OrderedDict[str, HubConnection]" = OrderedDict()  # session -> its last
-        self._sharing: Optional[bool] = None          # unknown until the first handshake
+        # unknown until the first handshake shows what the hub does, unless sharing is off
+        self._sharing: Optional[bool] = None if config.share_connections else False
         self._first = threading.Lock()                # one connection learns it, not 64
         self._opening = threading.Lock()              # shared connections open one at a time
         self._pinned: Dict[str, int] = {}   # sessions whose idle connection must stay open
