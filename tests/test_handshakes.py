@@ -182,7 +182,8 @@ def test_utterance_topic_falls_back_once_and_names_the_command():
     assert topic.current == "recognizer_loop:utterance"
     assert topic.denied("recognizer_loop:utterance") == "ovos.utterance.handle"
     assert topic.denied("ovos.utterance.handle") is None
-    error = denial_error("ovos.utterance.handle", "acl_disallowed_type", "", topic.tried)
+    assert topic.tried == ["recognizer_loop:utterance", "ovos.utterance.handle"]
+    error = denial_error("ovos.utterance.handle", "acl_disallowed_type", "", topic.to_allow)
     assert isinstance(error, PolicyDeniedError)
     assert ("hivemind-core allow-msg recognizer_loop:utterance ovos.utterance.handle NODE_ID"
             in str(error))

@@ -341,7 +341,7 @@ class HubConnection:
                 except HiveMindChatError as e:
                     self._refuse([handle], e)
             return
-        self._refuse(waiting, denial_error(denied, code, reason, self.topic.tried))
+        self._refuse(waiting, denial_error(denied, code, reason, self.topic.to_allow))
 
     def _refuse(self, handles: List[TurnHandle], error: HiveMindChatError) -> None:
         with self._lock:

@@ -66,6 +66,11 @@ class UtteranceTopic:
     def tried(self) -> List[str]:
         return list(self._denied)
 
+    @property
+    def to_allow(self) -> List[str]:
+        """What the operator may allow: the forced topic, else either name."""
+        return [self.forced] if self.forced else list(UTTERANCE_TOPICS)
+
     def denied(self, topic: str, allowed: Any = None) -> Optional[str]:
         """The hub refused `topic`: the one to try next, or None when there is none."""
         if topic != self.current:                  # already moved on
@@ -93,13 +98,13 @@ def read_denial(data: Any) -> Tuple[Optional[str], str, str, Dict[str, Any]]:
             str(data.get("reason") or "")[:300], inner if isinstance(inner, dict) else {})
 
 
-def denial_error(topic: str, code: str, reason: str, tried: List[str]) -> HiveMindChatError:
+def denial_error(topic: str, code: str, reason: str, to_allow: List[str]) -> HiveMindChatError:
     """The error for an utterance the hub would not take, naming the operator's command."""
     if code == BACKEND_UNAVAILABLE:
         return HubEngineError(f"the hub admitted the utterance but could not deliver it: its "
                               f"agent bus is unreachable ({reason}); check the hub's OVOS side")
-    topics = " ".join(tried or [topic])
+    topics = " ".join(to_allow or [topic])
     return PolicyDeniedError(
-        f"the hub's message policy does not allow this client to send {topics} "
+        f"the hub's message policy does not allow this client to send {topic} "
         f"({code or 'denied'}); the hub's operator runs "
         f"`hivemind-core allow-msg {topics} {NODE_ID_HINT}`")
