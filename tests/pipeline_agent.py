@@ -33,6 +33,12 @@ Utterances it understands (first word):
                         its Session), then the genuine sentence encrypted
   tamper                an encrypted-looking frame whose ciphertext fails authentication
   huge N                one genuine sentence of N characters
+
+Runs on hivemind-core 4.0 (password handshake: frames encrypted under the connection's
+crypto_key) and 5.x (Noise: frames through the connection's noise_transport). It answers both
+utterance topics, and hivemind-core's QUERY (`natural_language_query`, abstract from
+hivemind-plugin-manager 0.7). On 5.x the session ids it sees are core's, namespaced per client
+(`<16 hex>:<declared>`); core restores the declared id in what `client.send` writes.
 """
 import json
 import queue
@@ -55,7 +61,8 @@ class PipelineAgent(AgentProtocol):
     def __init__(self, config=None, bus=None, hm_protocol=None, callbacks=None, **_):
         super().__init__(config=config or {}, bus=bus or FakeBus(), hm_protocol=hm_protocol)
         self._pool = ThreadPoolExecutor(max_workers=32)
-        self.bus.on("recognizer_loop:utterance", self._on_utterance)
+        for topic in ("recognizer_loop:utterance", "ovos.utterance.handle"):
+            self.bus.on(topic, self._on_utterance)
         self.bus.on("recognizer_loop:audio_output_end", self._on_audio_end)
         self.seen = []
         self._questions = {}   # session_id -> queue of the answer, while a skill waits
@@ -71,6 +78,11 @@ class PipelineAgent(AgentProtocol):
             waiting.put((message.data.get("utterances") or [""])[0])
             return
         self._pool.submit(self._answer, message, peer, loop)
+
+    def natural_language_query(self, utterance, lang):
+        """hivemind-core's QUERY: one sentence, then the end."""
+        yield f"you said {utterance}"
+        yield None
 
     def _on_audio_end(self, message: Message):
         sid = message.context.get("session", {}).get("session_id")
@@ -126,9 +138,7 @@ class PipelineAgent(AgentProtocol):
             message.context["session"] = sess.serialize()
             self._speak(loop, peer, message, "I will remember that")
         elif cmd == "recall":
-            remembered = [e["data"][0][0]
-                          for frame, _ in sess.context.frame_stack
-                          for e in frame.entities if e.get("key") == MEMORY_KEY]
+            remembered = _remembered(sess)
             self._speak(loop, peer, message,
                         f"you said {remembered[-1]}" if remembered else "I remember nothing")
         elif cmd == "lang":
@@ -180,14 +190,7 @@ class PipelineAgent(AgentProtocol):
             time.sleep(0.3)
             self._speak(loop, peer, message, "genuine")
         elif cmd == "tamper":
-            def send():
-                client = self.hm_protocol.clients.get(peer)
-                good = json.loads(encrypt_as_json(key=client.crypto_key, plaintext="{}",
-                                                  cipher=client.cipher,
-                                                  encoding=client.encoding))
-                good["ciphertext"] = good["ciphertext"][::-1]
-                client.send_msg(json.dumps(good), False)
-            loop.add_callback(send)
+            loop.add_callback(lambda: write_tampered(self.hm_protocol.clients.get(peer)))
             time.sleep(0.3)
             self._speak(loop, peer, message, "after tampering")
         elif cmd == "huge":
@@ -205,9 +208,9 @@ class PipelineAgent(AgentProtocol):
             client = self.hm_protocol.clients.get(peer)
             text = obj if isinstance(obj, str) else json.dumps(obj)
             if encrypt:
-                text = encrypt_as_json(key=client.crypto_key, plaintext=text,
-                                       cipher=client.cipher, encoding=client.encoding)
-            client.send_msg(text, False)
+                write_encrypted(client, text)
+            else:
+                client.send_msg(text, False)
         loop.add_callback(send)
 
     def _hostile(self, loop, peer, message: Message):
@@ -216,10 +219,7 @@ class PipelineAgent(AgentProtocol):
         def raw(obj):
             def send():
                 client = self.hm_protocol.clients.get(peer)
-                text = obj if isinstance(obj, str) else json.dumps(obj)
-                client.send_msg(encrypt_as_json(key=client.crypto_key, plaintext=text,
-                                                cipher=client.cipher,
-                                                encoding=client.encoding), False)
+                write_encrypted(client, obj if isinstance(obj, str) else json.dumps(obj))
             loop.add_callback(send)
 
         bus = lambda payload: raw({"msg_type": "bus", "payload": payload})
@@ -241,6 +241,46 @@ class PipelineAgent(AgentProtocol):
         raw("{ this is not json")
         raw(["a", "list"])
         self._speak(loop, peer, message, "still fine")
+
+
+def _remembered(sess):
+    """What "remember" stored: ovos-bus-client 2.x keeps intent context as a map by key
+    (`intent_context`, its legacy frames named by value), 1.x as frames with that key."""
+    context = getattr(sess, "intent_context", None)
+    if isinstance(context, dict) and isinstance(context.get(MEMORY_KEY), dict):
+        return [context[MEMORY_KEY].get("value")]
+    return [e["data"][0][0] for frame, _ in sess.context.frame_stack
+            for e in frame.entities if e.get("key") == MEMORY_KEY]
+
+
+def write_encrypted(client, text: str) -> None:
+    """`text` as one frame, encrypted the way the connection's own frames are: through its
+    Noise transport (5.x, under its send lock: nonces go out in order) or under its session key
+    (4.x), but with no check of what it says."""
+    transport = getattr(client, "noise_transport", None)
+    if transport is not None:
+        with client._send_lock:
+            transport.send_message(text, lambda frame: client.send_msg(frame, True))
+    else:
+        client.send_msg(encrypt_as_json(key=client.crypto_key, plaintext=text,
+                                        cipher=client.cipher, encoding=client.encoding), False)
+
+
+def write_tampered(client) -> None:
+    """A frame that looks encrypted under the connection's key but fails authentication."""
+    transport = getattr(client, "noise_transport", None)
+    if transport is not None:
+        with client._send_lock:    # a real nonce, so the satellite's next one is skipped too
+            frames = []
+            transport.send_message("{}", frames.append)
+            bad = bytearray(frames[0])
+            bad[-1] ^= 0xFF
+            client.send_msg(bytes(bad), True)
+    else:
+        good = json.loads(encrypt_as_json(key=client.crypto_key, plaintext="{}",
+                                          cipher=client.cipher, encoding=client.encoding))
+        good["ciphertext"] = good["ciphertext"][::-1]
+        client.send_msg(json.dumps(good), False)
 
 
 def start_hub(home=None, port=0):

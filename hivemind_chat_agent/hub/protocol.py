@@ -396,8 +396,10 @@ def connection_token(client) -> str:
 
 # What skills change between turns: the hub keeps it for each satellite session, because a
 # minimal satellite (firmware, a script, a web page) sends only its id and language every turn.
+# ovos-bus-client 2.x names: active_handlers, response_mode, and intent_context (the canonical
+# form of context, which it reads first: a satellite's empty one must not hide the kept one)
 CONVERSATION_FIELDS = ("active_skills", "utterance_states", "context", "active_handlers",
-                       "response_mode")   # the last two: ovos-bus-client 2.x names
+                       "response_mode", "intent_context")
 
 
 def conversation_for_turn(declared: Dict[str, Any], session_id: str,
