@@ -16,7 +16,8 @@ Utterances it understands (first word):
   recall                reads it back from the Session that came with this utterance
   lang                  says the Session's language
   units                 says the Session's unit system
-  whoami                says the session_id the hub saw
+  whoami                says the session_id the satellite declared (5.x core hands OVOS
+                        `<16 hex>:<declared>`; the namespace is left out, as on 4.0)
   ask [SECONDS]         asks a question (expect_response), takes the session's next utterance
                         as the answer, then goes on, as ovos-core runs a skill's get_response:
                         `skill.converse.get_response.enable`, the answer routed to
@@ -42,6 +43,7 @@ hivemind-plugin-manager 0.7). On 5.x the session ids it sees are core's, namespa
 """
 import json
 import queue
+import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -173,7 +175,8 @@ class PipelineAgent(AgentProtocol):
             self._speak(loop, peer, message, "the wait is over")
             return
         elif cmd == "whoami":
-            self._speak(loop, peer, message, f"session {sess.session_id}")
+            self._speak(loop, peer, message,
+                        f"session {re.sub(r'^[0-9a-f]{16}:', '', sess.session_id)}")
         elif cmd == "hostile":
             self._hostile(loop, peer, message)
         elif cmd == "both":
