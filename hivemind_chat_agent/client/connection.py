@@ -261,9 +261,12 @@ class HubConnection:
         self.generation = self._exchange.generation
         self.many_sessions = channel.many_sessions
         self._transport.channel = channel
-        try:
+        hello = self._hello_session
+        if channel.many_sessions:   # the hub merges each message's Session over this one:
+            hello = {k: v for k, v in hello.items() if k in ("session_id", "site_id")}
+        try:                        # no conversation of one session may fill another's gaps
             self._transport.emit(HiveMessage(HiveMessageType.HELLO, {
-                "session": self._hello_session, "site_id": self.config.site_id or "unknown"}))
+                "session": hello, "site_id": self.config.site_id or "unknown"}))
         except HiveMindChatError as e:
             self._fail(e)
             return

@@ -15,12 +15,17 @@ from ovos_utils.log import LOG
 from hivemind_chat_agent.client.session_store import SessionStore
 
 
+# ovos-bus-client 2.x: SessionManager._lock; 1.x (in hivemind-core 4.0 hubs): a private one
+_REGISTRY_LOCK = getattr(SessionManager, "_lock", None) or \
+    getattr(SessionManager, "_SessionManager__lock")
+
+
 def register(sess: Session) -> Session:
     """Keep `sess` in `SessionManager.sessions` under its id. ovos-bus-client 1.x did this in
     `SessionManager.update`; 2.x (OVOS-SESSION-2) keeps only the default session there and
     treats named ones as carried by each message, so the registry is written directly: the
     agents, personas and skills in this process still find a conversation's Session by id."""
-    with SessionManager._lock:
+    with _REGISTRY_LOCK:
         SessionManager.sessions[sess.session_id] = sess
     return sess
 
@@ -40,7 +45,8 @@ _FIELD_TYPES = {
 
 # The conversation itself: what skills change and the next turn must carry back.
 CONVERSATION_FIELDS = ("session_id", "active_skills", "utterance_states", "context",
-                       "active_handlers", "response_mode")   # the last two: OVOS-SESSION-2
+                       # OVOS-SESSION-2 (ovos-bus-client 2.x) names
+                       "active_handlers", "response_mode", "intent_context")
 # The hub's policy and live state: sent only where the caller set them. A Session built on the
 # client fills these from the client machine's defaults (its pipeline names matchers the hub
 # may not have; its blacklist is the client's), and ovos-core would obey them.
