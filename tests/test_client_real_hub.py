@@ -176,7 +176,8 @@ def test_hub_that_drops_the_turn_tag_still_works(creds, make_agent):
 
 
 def test_connections_are_reused_bounded_and_closed_when_idle(creds, make_agent):
-    agent = make_agent(creds.agent_config(max_connections=3, idle_timeout=0.5))
+    agent = make_agent(creds.agent_config(max_connections=3, idle_timeout=0.5,
+                                          share_connections=False))   # 5.x: as on 4.x
     for i in range(5):
         assert agent.get_response("hello", session_id=f"lru-{i}") == "hello there"
     assert len(agent.pool) == 3

@@ -49,7 +49,10 @@ def test_server_relay_json_relays_to_an_upstream_hub(hub):
         middle.cleanup()
 
 
-def test_identity_json_is_what_the_cli_and_agent_use_without_flags(creds, tmp_path):
+def test_identity_json_is_what_the_cli_and_agent_use_without_flags(hub, tmp_path):
+    # a client of its own: another XDG_CONFIG_HOME means another Noise key, which a 5.x hub
+    # refuses for an access key that already pinned one
+    creds = hub.add_client()
     identity = example("identity.json")
     identity.update(access_key=creds.key, password=creds.password, default_port=creds.port)
     folder = tmp_path / "config" / "hivemind"

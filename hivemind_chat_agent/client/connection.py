@@ -19,6 +19,7 @@ caller that plays the audio itself sets `plays_audio` and reports through the ag
 """
 import dataclasses
 import queue
+import re
 import socket
 import threading
 import time
@@ -53,6 +54,9 @@ from hivemind_chat_agent.core.turns import Absorb, Event, Turn, TurnTable
 from hivemind_chat_agent.errors import (AccessKeyRejectedError, ConnectionLostError,
                                         HandshakeTimeoutError, HiveMindChatError,
                                         HubUnreachableError, ReplyTooLargeError)
+
+
+_NAMESPACED = re.compile(r"[0-9a-f]{16}:(.+)")   # hivemind-core's per-client session namespace
 
 
 class TurnHandle:
@@ -354,22 +358,31 @@ class HubConnection:
 
     def _own_session(self, reply):
         """The reply if it belongs to a session this connection carries, else None (caller
-        holds the lock). A reply that carries one of our turn tags under another session id
-        means the hub does not give each message its own Session back (4.13-4.14 namespace
-        them): it is routed by its tag, its Session is not taken (`absorb` checks the id), and
-        this connection stops being shared."""
+        holds the lock). hivemind-core 4.13-4.14 answer each session under a per-client
+        namespace (`<16 hex>:<our id>`) without restoring our id: such a reply is ours, is
+        routed under our id (its Session is not taken: `absorb` checks the id), and this
+        connection stops being shared. A reply naming any other session never reaches a turn
+        of ours, whatever turn tag it carries."""
         sid, tag = reply.session_id, reply.turn_tag
         owner = self._tags.get(tag) if tag is not None else None
-        if owner is not None and owner != sid:
-            if self.many_sessions:
-                LOG.warning(f"the hub answered a turn of session {owner} under the id {sid}: "
-                            "from now on each session gets a connection of its own")
-                self.many_sessions = False
-            return dataclasses.replace(reply, session_id=owner)
-        if sid == self.session_id or (self.many_sessions and sid in self._carried):
+        if owner is None and sid != self.session_id and sid not in self._carried:
+            match = _NAMESPACED.fullmatch(sid)
+            owner = match.group(1) if match and (match.group(1) == self.session_id or
+                                                 match.group(1) in self._carried) else None
+            if owner is None:
+                LOG.debug(f"ignoring {reply.msg_type} for another session")
+                return None
+        if owner is None or owner == sid:
             return reply
-        LOG.debug(f"ignoring {reply.msg_type} for another session")
-        return None
+        if _NAMESPACED.fullmatch(sid) is None or sid.split(":", 1)[1] != owner:
+            LOG.warning(f"ignoring a {reply.msg_type} that carries a turn of session {owner} "
+                        "but names another session")
+            return None
+        if self.many_sessions:
+            LOG.warning(f"the hub answers session {owner} under its own namespace ({sid}): "
+                        "from now on each session gets a connection of its own")
+            self.many_sessions = False
+        return dataclasses.replace(reply, session_id=owner)
 
     def report_audio_end(self, tag: Optional[str] = None,
                          session_id: Optional[str] = None) -> None:
