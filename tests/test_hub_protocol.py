@@ -421,6 +421,32 @@ def test_relay_through_two_hubs_keeps_per_satellite_memory(generation):
         hub_a.cleanup()
 
 
+@pytest.mark.skipif(LOCAL_GENERATION == "4.0", reason="needs both generations")
+def test_relay_from_a_5x_hub_to_a_4_0_hub_and_back():
+    """satellite (Noise) -> hub B, 5.x (this plugin) -> hub A, 4.0 (password handshake)."""
+    hub_a = HubProcess(generation="4.0").start()
+    hub_b = None
+    try:
+        upstream = hub_a.add_client(name="hub-b")
+        hub_b = HubProcess(plugin_config(engine="hivemind-chat-agent",
+                                         engine_config=upstream.agent_config()),
+                           generation="5").start()
+        satellite = HiveMindChatAgent(hub_b.add_client(name="s1").agent_config())
+        try:
+            assert satellite.get_response("remember ada", session_id="home") == \
+                "I will remember that"
+            assert satellite.get_response("recall", session_id="home") == "you said ada"
+            assert satellite.get_response("count 2", session_id="home") == \
+                "sentence 1\nsentence 2"
+            assert satellite.pool.peek("home").generation.startswith("5.x")
+        finally:
+            satellite.shutdown()
+    finally:
+        if hub_b:
+            hub_b.cleanup()
+        hub_a.cleanup()
+
+
 def test_a_satellite_that_knows_only_the_access_key_gets_nothing(chat_hub):
     """hivemind-core 4.0 reads plain-text frames and never checks the password envelope: a
     connection that skips the handshake still reaches the agent protocol. We answer nothing."""

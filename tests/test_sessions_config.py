@@ -195,3 +195,22 @@ def test_sessions_in_memory_are_bounded_and_go_to_the_store(tmp_path):
     book.trim()
     assert len(book) == 0
     assert not [s for s in SessionManager.sessions if s.startswith("bound-")]
+
+
+def test_the_hubs_session_goes_back_as_the_hub_sent_it():
+    """A 4.0 hub's ovos-core (ovos-bus-client 1.x) keys intent context by its name; this
+    process's ovos-bus-client 2.x would re-key it by value if it re-serialized the Session,
+    and the hub's skill would no longer find its context."""
+    book = SessionBook("d")
+    SessionManager.sessions.pop("sb-raw", None)
+    book.for_turn("sb-raw", lang="en-US")
+    frame = [{"entities": [{"key": "Memory", "data": [["ada", "Memory"]], "confidence": 1.0}],
+              "metadata": {}}, 1796041461.0]
+    from_hub = {"session_id": "sb-raw", "lang": "pt-PT", "pipeline": ["adapt_high"],
+                "context": {"timeout": 120, "frame_stack": [frame]},
+                "active_skills": [["memory.test", 1796041461.0]]}
+    assert book.absorb("sb-raw", from_hub)
+    wire = book.wire(book.for_turn("sb-raw"))
+    assert wire["context"] == from_hub["context"]
+    assert wire["active_skills"] == from_hub["active_skills"]
+    assert wire["lang"] == "en-US" and "pipeline" not in wire   # the caller's, not the hub's

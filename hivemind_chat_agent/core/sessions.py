@@ -7,7 +7,7 @@ stored. An optional `SessionStore` keeps conversations across processes.
 """
 import time
 from collections import OrderedDict
-from typing import Any, Callable, Collection, Dict, Mapping, Optional, Set
+from typing import Any, Callable, Collection, Dict, Mapping, Optional
 
 from ovos_bus_client.session import Session, SessionManager
 from ovos_utils.log import LOG
@@ -63,7 +63,10 @@ class SessionBook:
         self.default_session_id = default_session_id
         self.site_id = site_id
         self.store = store
-        self._from_hub: Set[str] = set()          # sessions the hub has described to us
+        # the Session each hub last sent, as it sent it: it goes back unchanged (bar what the
+        # caller sets), because re-serializing it through this process's ovos-bus-client can
+        # change it (2.x re-keys 1.x intent context, so a 4.0 hub's skills lose their context)
+        self._from_hub: Dict[str, Dict[str, Any]] = {}
         self._caller: Dict[str, Dict[str, str]] = {}   # fields the caller set, per session
         # ovos-bus-client's SessionManager keeps every Session forever: a persona serving many
         # users would grow without bound. Sessions we put there are tracked here, least
@@ -120,7 +123,7 @@ class SessionBook:
     def forget(self, session_id: str) -> None:
         self.save(session_id)
         SessionManager.sessions.pop(session_id, None)
-        self._from_hub.discard(session_id)
+        self._from_hub.pop(session_id, None)
         self._caller.pop(session_id, None)
         self._used.pop(session_id, None)
 
@@ -130,12 +133,13 @@ class SessionBook:
     def wire(self, session: Session) -> Dict[str, Any]:
         """What of `session` goes to the hub: the conversation, what the caller set, and what
         the hub itself told us, but never the client's defaults or the hub's policy fields."""
-        full = session.serialize()
         sid = session.session_id
         caller = self._caller.get(sid, {})
-        if sid in self._from_hub:
-            keep = {k: v for k, v in full.items() if k not in HUB_FIELDS}
+        raw = self._from_hub.get(sid)
+        if raw is not None:
+            keep = {k: v for k, v in raw.items() if k not in HUB_FIELDS}
         else:
+            full = session.serialize()
             keep = {k: full[k] for k in CONVERSATION_FIELDS if k in full}
         keep.update(caller)
         return keep
@@ -171,17 +175,20 @@ class SessionBook:
                 if key in data:
                     merged[key] = data[key]
             SessionManager.sessions[session_id] = Session.deserialize(merged)
+            raw = self._from_hub.get(session_id)
+            if raw is not None:
+                raw.update({k: data[k] for k in RESPONSE_MODE_FIELDS if k in data})
             return True
         SessionManager.sessions[session_id] = sess
-        self._from_hub.add(session_id)
+        self._from_hub[session_id] = dict(data)
         return True
 
     def save(self, session_id: str) -> None:
         """Keep the conversation for a later process (when a store is configured)."""
-        sess = SessionManager.sessions.get(session_id)
-        if self.store is None or sess is None or session_id not in self._from_hub:
+        raw = self._from_hub.get(session_id)
+        if self.store is None or raw is None or session_id not in SessionManager.sessions:
             return
-        self.store.save(session_id, sess.serialize())
+        self.store.save(session_id, raw)
 
     def _from_store(self, session_id: str) -> Optional[Session]:
         data = self.store.load(session_id)
