@@ -6,28 +6,49 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from hubs import HubProcess  # noqa: E402
+from hubs import GENERATIONS, HubProcess  # noqa: E402
 
 from hivemind_chat_agent import HiveMindChatAgent  # noqa: E402
 
 
+def hub_generations():
+    """The hub generations the real-hub tests run against: HIVEMIND_CHAT_GENERATIONS (comma
+    separated, e.g. "4.0" or "5"), all of them by default."""
+    wanted = os.environ.get("HIVEMIND_CHAT_GENERATIONS", "")
+    chosen = [g.strip() for g in wanted.split(",") if g.strip()] or list(GENERATIONS)
+    unknown = [g for g in chosen if g not in GENERATIONS]
+    if unknown:
+        raise pytest.UsageError(f"HIVEMIND_CHAT_GENERATIONS: unknown {unknown}; "
+                                f"known: {', '.join(GENERATIONS)}")
+    return chosen
+
+
+@pytest.fixture(scope="session", params=hub_generations())
+def generation(request):
+    """A hivemind-core generation ("4.0" or "5"): tests that use `hub`, `creds` or `own_hub`
+    (or this fixture) run once per generation, as test_x[4.0] and test_x[5]."""
+    return request.param
+
+
 @pytest.fixture(scope="session")
-def hub():
-    """One real hub for the tests that do not break it."""
-    h = HubProcess().start()
+def hub(generation):
+    """One real hub per generation for the tests that do not break it."""
+    h = HubProcess(generation=generation).start()
     yield h
     h.cleanup()
 
 
 @pytest.fixture(scope="session")
 def creds(hub):
+    """A client of `hub`, allowed what our client sends (both utterance topics and
+    recognizer_loop:audio_output_end on 5.x; the hub's defaults on 4.0)."""
     return hub.add_client()
 
 
 @pytest.fixture
-def own_hub():
+def own_hub(generation):
     """A hub of this test's own, which it may kill."""
-    h = HubProcess().start()
+    h = HubProcess(generation=generation).start()
     yield h
     h.cleanup()
 

@@ -1,7 +1,15 @@
 """Real hivemind-core hubs for the tests: a separate process each, on 127.0.0.1, with clients
-registered through hivemind-core's own `add-client` CLI."""
+registered through hivemind-core's own `add-client` CLI.
+
+Two generations: "5" (the current line, from this interpreter's venv: requirements.txt) and
+"4.0" (hivemind-core 4.0.0, from the cached venv tests/hub_venvs.py builds, running this
+checkout's current source). On 5.x a client may send only the message types it was allowed
+(deny by default since hivemind-core 4.3.0a1); `add_client` allows CLIENT_TOPICS unless told
+otherwise.
+"""
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -15,7 +23,68 @@ import time
 from hivemind_chat_agent.bridges.local_hub import HubCredentials, hub_environment, write_server_config
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import hub_venvs  # noqa: E402
+
+# the current line's CLI (generation "5"); a hub's own is HubProcess.cli
 HUB_CLI = os.path.join(os.path.dirname(sys.executable), "hivemind-core")
+GENERATIONS = ("4.0", "5")
+CURRENT_TOPIC, LEGACY_TOPIC = "ovos.utterance.handle", "recognizer_loop:utterance"
+AUDIO_OUTPUT_END = "recognizer_loop:audio_output_end"
+# what our client (and a stock satellite) sends: either utterance topic, and the end of each
+# spoken sentence (skills that speak with wait=True wait for it)
+CLIENT_TOPICS = (LEGACY_TOPIC, CURRENT_TOPIC, AUDIO_OUTPUT_END)
+# what hivemind-core 4.0.0 allows a new client by default (hivemind-plugin-manager 0.5.0's
+# Client); recognizer_loop:utterance cannot be taken away there, and a denied type is dropped
+# without an answer
+V4_DEFAULT_TOPICS = ("recognizer_loop:utterance", "recognizer_loop:record_begin",
+                     "recognizer_loop:record_end", "recognizer_loop:audio_output_start",
+                     "recognizer_loop:audio_output_end", "recognizer_loop:b64_transcribe",
+                     "speak:b64_audio", "ovos.common_play.SEI.get.response")
+
+
+def register_client(cli, env, generation, name=None, key=None, password=None, allow=None,
+                    admin=False):
+    """`hivemind-core add-client` (and `allow-msg`) as an operator runs them on `generation`.
+
+    allow=None: the client may send CLIENT_TOPICS (5.x), the hub's defaults (4.0). A list: on
+    5.x exactly those ([] = nothing at all); on 4.0 its defaults plus those.
+    Returns (HubCredentials without host/port, node id)."""
+    name = name or f"test-{secrets.token_hex(3)}"
+    key = key or secrets.token_hex(16)
+    weak_ok = password is not None   # a test that picks the password means it
+    password = password or secrets.token_hex(16)
+    cmd = [cli, "add-client", "--name", name, "--access-key", key, "--password", password]
+    if admin:
+        cmd += ["--admin", "true"]
+    if generation != "4.0":
+        allow = CLIENT_TOPICS if allow is None else allow
+        cmd += [arg for topic in allow for arg in ("--allow", topic)]
+        if weak_ok:
+            cmd.append("--allow-weak-password")
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0:
+        raise RuntimeError(f"hivemind-core add-client failed ({proc.returncode}):\n"
+                           f"{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+    found = re.search(r"^Node ID:\s*(\S+)", proc.stdout, re.M)
+    node_id = found.group(1) if found else None
+    if generation == "4.0":
+        extra = [t for t in (allow or ()) if t not in V4_DEFAULT_TOPICS]
+        if extra:
+            allow_msg(cli, env, generation, node_id, *extra)
+    return name, key, password, node_id
+
+
+def allow_msg(cli, env, generation, node_id, *topics):
+    """`hivemind-core allow-msg`: 5.x takes several types in one call, 4.0 one per call."""
+    calls = [[*topics, str(node_id)]] if generation != "4.0" else \
+        [[t, str(node_id)] for t in topics]
+    for args in calls:
+        proc = subprocess.run([cli, "allow-msg", *args], env=env, capture_output=True,
+                              text=True, timeout=120)
+        if proc.returncode != 0 or "Invalid Node ID" in proc.stdout:
+            raise RuntimeError(f"hivemind-core allow-msg {' '.join(args)} failed:\n"
+                               f"{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
 
 
 def free_port() -> int:
@@ -32,10 +101,22 @@ class HubProcess:
     server.json's "agent_protocol" set to that dict (plugins loaded by name, as in production).
     """
 
-    def __init__(self, agent_protocol=None, server_config=None):
-        self.home = tempfile.mkdtemp(prefix="hm-test-hub-")
+    def __init__(self, agent_protocol=None, server_config=None, generation="5"):
+        if generation not in GENERATIONS:
+            raise ValueError(f"generation must be one of {GENERATIONS}, not {generation!r}")
+        self.generation = generation
+        if generation == "5":   # the current line: this interpreter's venv
+            self.python, self.cli = sys.executable, HUB_CLI
+            self._pythonpath = [HERE, os.environ.get("PYTHONPATH")]
+        else:   # its own venv; this checkout's source first on its path
+            venv = hub_venvs.ensure_venv("hub-4.0")
+            self.python = os.path.join(venv, "bin", "python")
+            self.cli = os.path.join(venv, "bin", "hivemind-core")
+            self._pythonpath = [hub_venvs.package_path(), HERE]
+        self.home = tempfile.mkdtemp(prefix=f"hm-test-hub{generation}-")
         self.port = free_port()
         self.proc = None
+        self.node_ids = {}   # access key -> node id, of the clients add_client registered
         self.listen = agent_protocol is not None or server_config is not None
         path = write_server_config(self.home, agent_protocol, port=self.port)
         if server_config is not None:   # a whole server.json, e.g. an example from config/
@@ -48,16 +129,15 @@ class HubProcess:
     @property
     def env(self):
         return {**os.environ, **hub_environment(self.home), "PYTHONUNBUFFERED": "1",
-                "PYTHONPATH": os.pathsep.join(p for p in (HERE, os.environ.get("PYTHONPATH"))
-                                              if p)}
+                "PYTHONPATH": os.pathsep.join(p for p in self._pythonpath if p)}
 
     def start(self) -> "HubProcess":
         self.log_path = os.path.join(self.home, "hub.log")
         self._log = open(self.log_path, "a")
         if self.listen:
-            cmd = [HUB_CLI, "listen"]
+            cmd = [self.cli, "listen"]
         else:
-            cmd = [sys.executable, os.path.join(HERE, "hub_process.py"), self.home,
+            cmd = [self.python, os.path.join(HERE, "hub_process.py"), self.home,
                    str(self.port)]
         self.proc = subprocess.Popen(cmd, env=self.env, stdout=subprocess.PIPE,
                                      stderr=self._log, text=True)
@@ -76,26 +156,44 @@ class HubProcess:
         self.kill()
         with open(self.log_path) as f:
             tail = f.read()[-3000:]
-        raise RuntimeError(f"test hub did not start (exit code {self.proc.poll()}):\n{tail}")
+        raise RuntimeError(f"test hub ({self.generation}) did not start "
+                           f"(exit code {self.proc.poll()}):\n{tail}")
 
-    def add_client(self, name=None, key=None, password=None) -> HubCredentials:
-        """Register a client with hivemind-core's own CLI, as an operator would."""
-        name = name or f"test-{secrets.token_hex(3)}"
-        key = key or secrets.token_hex(16)
-        password = password or secrets.token_hex(16)
-        subprocess.run([HUB_CLI, "add-client", "--name", name, "--access-key", key,
-                        "--password", password], env=self.env, check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
+    def add_client(self, name=None, key=None, password=None, allow=None,
+                   admin=False) -> HubCredentials:
+        """Register a client with hivemind-core's own CLI, as an operator would.
+
+        allow=None: on 5.x the client may send CLIENT_TOPICS (both utterance topics and
+        audio_output_end); pass a list for exactly those ([] for nothing). On 4.0 the hub's
+        own defaults apply, plus any listed type they lack (register_client)."""
+        name, key, password, node_id = register_client(
+            self.cli, self.env, self.generation, name, key, password, allow, admin)
+        if node_id is not None:
+            self.node_ids[key] = node_id
         return HubCredentials("127.0.0.1", self.port, key, password, name)
+
+    def allow_msg(self, key: str, *topics: str) -> None:
+        """`hivemind-core allow-msg TOPIC... NODE_ID` for the client with this access key."""
+        allow_msg(self.cli, self.env, self.generation, self.client_id(key), *topics)
 
     def client_id(self, key: str) -> str:
         """The node id hivemind-core's database gave the client with this access key."""
-        path = os.path.join(hub_environment(self.home)["XDG_DATA_HOME"], "hivemind-core",
-                            "clients.json")
-        with open(path) as f:
-            clients = json.load(f)
-        rows = clients.values() if isinstance(clients, dict) else clients
-        return str(next(c["client_id"] for c in rows if c.get("api_key") == key))
+        if key in self.node_ids:
+            return self.node_ids[key]
+        data = os.path.join(hub_environment(self.home)["XDG_DATA_HOME"], "hivemind-core")
+        if os.path.isfile(os.path.join(data, "clients.json")):   # hivemind-json-db-plugin
+            with open(os.path.join(data, "clients.json")) as f:
+                clients = json.load(f)
+            rows = clients.values() if isinstance(clients, dict) else clients
+            return str(next(c["client_id"] for c in rows if c.get("api_key") == key))
+        # 5.x's default, hivemind-sqlite-db-plugin: ask the CLI rather than its schema
+        out = subprocess.run([self.cli, "list-clients"], env={**self.env, "COLUMNS": "400"},
+                             capture_output=True, text=True, timeout=120).stdout
+        for line in out.splitlines():
+            cells = [c.strip() for c in re.split(r"[│|┃]", line)]
+            if key in cells:
+                return next(c for c in cells if c.isdigit())
+        raise KeyError("no client with that access key on this hub")
 
     @staticmethod
     def _drain(stream, log):
