@@ -75,6 +75,7 @@ def register_client(cli, env, generation, name=None, key=None, password=None, al
     return name, key, password, node_id
 
 
+
 def allow_msg(cli, env, generation, node_id, *topics):
     """`hivemind-core allow-msg`: 5.x takes several types in one call, 4.0 one per call."""
     calls = [[*topics, str(node_id)]] if generation != "4.0" else \
@@ -118,7 +119,9 @@ class HubProcess:
         self.proc = None
         self.node_ids = {}   # access key -> node id, of the clients add_client registered
         self.listen = agent_protocol is not None or server_config is not None
-        path = write_server_config(self.home, agent_protocol, port=self.port)
+        path = write_server_config(self.home, agent_protocol, port=self.port,
+                                   database="hivemind-json-db-plugin" if generation == "4.0"
+                                   else "hivemind-sqlite-db-plugin")
         if server_config is not None:   # a whole server.json, e.g. an example from config/
             server_config = json.loads(json.dumps(server_config))
             server_config["network_protocol"]["hivemind-websocket-plugin"].update(

@@ -14,6 +14,7 @@ Both generations run here: hivemind-core 4.0 (password handshake) and 5.x (Noise
 denied unless the client was allowed them, which `add_client` does for what our client sends).
 """
 import asyncio
+import importlib.metadata
 import json
 import os
 import secrets
@@ -58,8 +59,21 @@ def hub_environment(home: str) -> Dict[str, str]:
     return {var: os.path.join(home, sub) for var, sub in XDG_DIRS.items()}
 
 
-def write_server_config(home: str, agent_protocol: Optional[dict] = None, port: int = 0) -> str:
+def default_database() -> str:
+    """The client database each generation ships as its default: SQLite from 5.x (its rows are
+    read live, so `hivemind-core reset-noise-pin` or `allow-msg` take effect on a running hub;
+    the JSON plugin's in-memory copy is only re-read on an unknown key), JSON on 4.x."""
+    try:
+        major = int(importlib.metadata.version("hivemind-core").split(".")[0])
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        major = 0
+    return "hivemind-sqlite-db-plugin" if major >= 5 else "hivemind-json-db-plugin"
+
+
+def write_server_config(home: str, agent_protocol: Optional[dict] = None, port: int = 0,
+                        database: Optional[str] = None) -> str:
     """hivemind-core's server.json for a loopback hub; returns its path."""
+    database = database or default_database()
     path = os.path.join(hub_environment(home)["XDG_CONFIG_HOME"], "hivemind-core", "server.json")
     os.makedirs(os.path.dirname(path), exist_ok=True)
     config = {
@@ -70,9 +84,8 @@ def write_server_config(home: str, agent_protocol: Optional[dict] = None, port: 
         "agent_protocol": agent_protocol or {"module": "in-process"},
         "binary_protocol": {"module": None},
         "network_protocol": {"hivemind-websocket-plugin": {"host": "127.0.0.1", "port": port}},
-        "database": {"module": "hivemind-json-db-plugin",
-                     "hivemind-json-db-plugin": {"name": "clients",
-                                                 "subfolder": "hivemind-core"}},
+        "database": {"module": database,
+                     database: {"name": "clients", "subfolder": "hivemind-core"}},
     }
     with open(path, "w") as f:
         json.dump(config, f, indent=2)
