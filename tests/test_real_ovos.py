@@ -1,6 +1,7 @@
-"""Against a genuine OVOS hub: ovos-core 2.1.1 and real skills behind hivemind-core 4.0.0 and the
-stock hivemind-ovos-agent-plugin (tests/ovos_hub.py). Its behaviour is the specification: audio
-end, follow-up questions, speech between turns, the hub's own pipeline.
+"""Against a genuine OVOS hub of each generation (tests/ovos_hub.py): ovos-core 2.1.1 and real
+skills behind hivemind-core 4.0.0 and its stock hivemind-ovos-agent-plugin 0.1.0, and ovos-core
+3.7.5a1 behind hivemind-core 5.3.10a1 and the stock plugin 0.5.3a1. Their behaviour is the
+specification: audio end, follow-up questions, speech between turns, the hub's own pipeline.
 
 Skills used: hello-world ("hello world" speaks with wait=True), alerts ("set an alarm" asks for
 the time with get_response), parrot ("start parrot" converses: it repeats what follows), the
@@ -22,8 +23,8 @@ from hivemind_chat_agent.bridges.cli import main as cli_main  # noqa: F401  (the
 
 
 @pytest.fixture(scope="module")
-def ovos():
-    hub = OVOSHub().start()
+def ovos(generation):
+    hub = OVOSHub(generation=generation).start()
     yield hub
     hub.cleanup()
 

@@ -160,7 +160,9 @@ class SessionBook:
             LOG.debug(f"ignoring session in reply with malformed fields: {wrong}")
             return False
         try:
-            sess = Session.deserialize(dict(data))
+            # ovos-bus-client 1.x (a 4.0 hub's ovos-core) writes unset fields as null, which
+            # 2.x reads as omitted after a WARNING per field and message: omit them here
+            sess = Session.deserialize({k: v for k, v in data.items() if v is not None})
         except Exception as e:  # hostile or from an incompatible hub version
             LOG.debug(f"ignoring undecodable session in reply: {type(e).__name__}")
             return False
