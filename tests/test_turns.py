@@ -211,13 +211,34 @@ def test_an_answer_taken_by_get_response_ends_with_the_questions_handled(tagged)
     r = table.route(reply("alarm.skill.converse.get_response", {"utterances": ["7 am"]}, "a",
                           tag("t2")), 0)
     assert r.turn is second and r.events == []
-    assert second.answers == "t1" and table.owed("a") == ["t1"]
+    assert second.answers == "t1" and table.owed("a") == ["t1", "t2"]
     r = table.route(reply("skill.converse.get_response.disable", {"skill_id": "alarm.skill"},
                           "a", tag("t1")), 0)
     assert r.events == [] and r.absorb is Absorb.ALL
     r = table.route(speak("alarm set for 7", "a", tag("t1")), 0)
     assert r.turn is second and r.events == [Sentence("alarm set for 7")]
     r = table.route(reply("ovos.utterance.handled", sid="a", tag=tag("t1")), 0)
+    assert r.turn is second and r.events == [Ended(TurnState.HANDLED)]
+    table.close(second)
+    assert table.owed("a") == [] and table.sessions() == []
+
+
+def test_an_answer_taken_by_get_response_ends_with_its_own_handled_on_ovos_core_3():
+    """What ovos-core 3.7 sends (measured behind hivemind-core 5.3.10a1): the skill's reply is
+    tagged with the asking utterance as before, but the *answer's* utterance gets the handled,
+    and the question's never does."""
+    table = TurnTable()
+    ask(table, lambda t: t)
+    second = new_turn("a", "t2")
+    table.open(second)
+    table.route(reply("alarm.skill.get_response.waiting", {}, "a", "t1"), 0)
+    table.route(reply("alarm.skill.converse.get_response", {"utterances": ["7 am"]}, "a",
+                      "t2"), 0)
+    table.route(reply("skill.converse.get_response.disable", {"skill_id": "alarm.skill"}, "a",
+                      "t1"), 0)
+    r = table.route(speak("alarm set for 7", "a", "t1"), 0)
+    assert r.turn is second and r.events == [Sentence("alarm set for 7")]
+    r = table.route(reply("ovos.utterance.handled", sid="a", tag="t2"), 0)
     assert r.turn is second and r.events == [Ended(TurnState.HANDLED)]
     table.close(second)
     assert table.owed("a") == [] and table.sessions() == []

@@ -174,12 +174,18 @@ class SessionBook:
                 return False
             merged = current.serialize()   # ovos-bus-client 2.x derives utterance_states
             for key in RESPONSE_MODE_FIELDS:   # from response_mode: copy both, as sent
-                if key in data:
+                if data.get(key) is not None:
                     merged[key] = data[key]
+                else:
+                    merged.pop(key, None)
             SessionManager.sessions[session_id] = Session.deserialize(merged)
             raw = self._from_hub.get(session_id)
-            if raw is not None:
-                raw.update({k: data[k] for k in RESPONSE_MODE_FIELDS if k in data})
+            if raw is not None:   # a field the hub left out is unset (2.x omits an ended one)
+                for key in RESPONSE_MODE_FIELDS:
+                    if key in data:
+                        raw[key] = data[key]
+                    else:
+                        raw.pop(key, None)
             return True
         SessionManager.sessions[session_id] = sess
         self._from_hub[session_id] = dict(data)

@@ -224,10 +224,17 @@ class TurnTable:
         still answers utterances in order)."""
         if conv is None or paid is None or paid not in conv.owed:
             return Routing(ignored="ovos.utterance.handled with no utterance waiting for it")
-        conv.owed.remove(paid)
-        for skill, asked in list(conv.questions.items()):
-            if asked == paid:
-                del conv.questions[skill]
+        paying = [paid]
+        if turn is not None and turn.answers is not None and paid in (turn.tag, turn.answers):
+            # an answer taken by a question ends on whichever of the two utterances ovos-core
+            # closes: the question's (ovos-core 2.x) or the answer's own (3.x); never both
+            paying = [turn.tag, turn.answers]
+        for tag in paying:
+            if tag in conv.owed:
+                conv.owed.remove(tag)
+            for skill, asked in list(conv.questions.items()):
+                if asked == tag:
+                    del conv.questions[skill]
         if turn is not None and paid in (turn.tag, turn.answers):
             return Routing(turn, turn.handled(), absorb=Absorb.ALL)
         self._forget_if_idle(sid)
@@ -235,16 +242,16 @@ class TurnTable:
 
     @staticmethod
     def _answer_taken(conv: _Conversation, turn: Turn, skill_id: str) -> None:
-        """This utterance answers a question: it ends with the asking utterance's `handled`."""
+        """This utterance answers a question: it ends with the asking utterance's `handled`
+        (ovos-core 2.x sends none for the answer) or with its own (3.x sends none for the
+        question)."""
         asked = conv.questions.get(skill_id)
         if asked is None:   # no announcement seen: the latest earlier utterance still running
             earlier = [t for t in conv.owed if t != turn.tag]
             asked = earlier[-1] if earlier else None
         if asked is None:
             return          # nothing to wait for: the turn ends on its own `handled`
-        turn.answers = asked
-        if turn.tag in conv.owed:
-            conv.owed.remove(turn.tag)   # ovos-core sends no `handled` for a taken answer
+        turn.answers = asked   # its own tag stays owed: ovos-core 3.x closes the answer itself
 
     def _forget_if_idle(self, sid: str) -> None:
         conv = self._convs.get(sid)
