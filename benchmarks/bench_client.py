@@ -1,8 +1,9 @@
 """Client ChatEngine benchmark: every figure next to a baseline measured in the same run.
 
-    python benchmarks/bench_client.py [--turns 300] [--sessions 15]
+    python benchmarks/bench_client.py [--turns 300] [--sessions 15] [--generation 4.0|5]
 
-Starts a genuine hivemind-core hub (tests/hub_process.py, its own process, 127.0.0.1) and
+Starts a genuine hivemind-core hub (tests/hub_process.py, its own process, 127.0.0.1) of the
+given generation (4.0, the default, from its own venv: tests/hub_venvs.py; 5 from this one) and
 compares HiveMindChatAgent with hand-written hivemind-bus-client code against the same hub:
   1. first turn on a new session_id (connect + handshake + turn) vs the library's connect();
   2. steady-state turn vs a raw HiveMessageBusClient turn (interleaved, medians);
@@ -101,16 +102,19 @@ def main():
     ap.add_argument("--sessions", type=int, default=15)
     ap.add_argument("--library-connects", type=int, default=3)
     ap.add_argument("--error-cap", type=float, default=12.0)
+    ap.add_argument("--generation", choices=("4.0", "5"), default="4.0")
     args = ap.parse_args()
 
-    hub = HubProcess().start()
+    hub = HubProcess(generation=args.generation).start()
     try:
         creds = hub.add_client(name="bench")
-        print(f"hub: hivemind-core on 127.0.0.1:{hub.port}\n")
+        # the library's own key: a 5.x hub pins one Noise key per access key
+        lib_creds = hub.add_client(name="bench-lib") if args.generation != "4.0" else creds
+        print(f"hub: hivemind-core {args.generation} on 127.0.0.1:{hub.port}\n")
         print(f"{'measure':<46} {'value':<16} {'baseline (same run)':<30} {'target':<22} result")
 
         # 1. first turn on a new session_id vs the library's connect()
-        lib_times, lib_clients = time_library_connect(creds, args.library_connects)
+        lib_times, lib_clients = time_library_connect(lib_creds, args.library_connects)
         agent = HiveMindChatAgent(creds.agent_config())
         firsts = []
         for i in range(args.sessions):
@@ -180,7 +184,7 @@ def main():
                 a.shutdown()
 
         def lib_error(**kw):
-            return time_until_error(lambda: library_client(creds, **kw).connect(),
+            return time_until_error(lambda: library_client(lib_creds, **kw).connect(),
                                     args.error_cap)
 
         def fmt(res):

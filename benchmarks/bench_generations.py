@@ -32,6 +32,8 @@ sys.path.insert(0, HERE)
 import bench_hub  # noqa: E402  (its helpers: the stock hub, rows, CPU readings)
 from bench_hub import STARTED, cpu_seconds, info, ms, row, stock_hub  # noqa: E402
 
+bench_hub.GENERATION["value"] = "5"      # every hub here is of the current line
+
 from hivemind_chat_agent import HiveMindChatAgent  # noqa: E402
 from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole  # noqa: E402
 

@@ -2,7 +2,11 @@
 
     python benchmarks/bench_hub.py [--turns 100] [--threads 4] [--blocks 4] [--relay-turns 100]
                                    [--no-error-level] [--profile DIR] [--nodelay-check auto]
-                                   [--only cpu|wait|relay]
+                                   [--only cpu|wait|relay] [--generation 4.0|5]
+
+--generation picks the hubs' hivemind-core: 4.0 (the default; both hubs from the hub-4.0 venv,
+which has hivemind-ovos-agent-plugin 0.1.0 and ovos-messagebus 0.0.11a1 for the stock path) or
+5 (this venv: hivemind-ovos-agent-plugin 0.5.3a1, ovos-messagebus 0.2.1a6).
 
 Everything runs in its own process on 127.0.0.1 and is stopped at the end:
   1. hub CPU per echo turn (user+sys of the hub process only, /proc/<pid>/stat), same load on
@@ -82,6 +86,7 @@ if __name__ == "__main__" and sys.argv[1:2] == ["--responder"]:
 # ---------------------------------------------------------------------------------------------
 sys.path.insert(0, TESTS)
 from hubs import HubProcess, free_port  # noqa: E402
+import hub_venvs  # noqa: E402
 
 from hivemind_chat_agent import HiveMindChatAgent  # noqa: E402
 from ovos_utils.log import LOG  # noqa: E402
@@ -209,8 +214,11 @@ class Home:
         shutil.rmtree(self.path, ignore_errors=True)
 
 
-def start_hub(agent_protocol=None, log_level=None) -> HubProcess:
-    hub = HubProcess(agent_protocol)
+GENERATION = {"value": "4.0"}     # --generation
+
+
+def start_hub(agent_protocol=None, log_level=None, venv=None) -> HubProcess:
+    hub = HubProcess(agent_protocol, generation=GENERATION["value"], venv=venv)
     STARTED.append(hub)
     if log_level:   # hivemind_core/__init__: init_service_logger("HiveMind") reads mycroft.conf
         write_mycroft_conf(os.path.join(hub.home, "config"), {"log_level": log_level})
@@ -225,12 +233,14 @@ def stock_hub(log_level=None) -> HubProcess:
         "websocket": {"host": "127.0.0.1", "port": bus_port, "route": "/core", "ssl": False,
                       "shared_connection": True, "max_msg_size": 25},
         "log_level": "ERROR"})   # bus and responder are not measured; keep them quiet
-    Proc("messagebus", [os.path.join(BIN, "ovos-messagebus")], home, ready_port=bus_port)
-    Proc("responder", [sys.executable, os.path.abspath(__file__), "--responder", str(bus_port)],
-         home, ready_line="READY")
+    venv = "hub-4.0" if GENERATION["value"] == "4.0" else None    # same venv as ours
+    stock_bin = os.path.join(hub_venvs.ensure_venv(venv), "bin") if venv else BIN
+    Proc("messagebus", [os.path.join(stock_bin, "ovos-messagebus")], home, ready_port=bus_port)
+    Proc("responder", [os.path.join(stock_bin, "python"), os.path.abspath(__file__),
+                       "--responder", str(bus_port)], home, ready_line="READY")
     return start_hub({"module": "hivemind-ovos-agent-plugin",
                       "hivemind-ovos-agent-plugin": {"host": "127.0.0.1", "port": bus_port}},
-                     log_level)
+                     log_level, venv=venv)
 
 
 def in_parallel(n, fn, timeout=120):
@@ -449,8 +459,9 @@ def bench_concurrency(args):
     """Test 2: 6 satellites ask a 2-second engine at once vs one 2-second turn."""
     hub = start_hub(plugin_config())
     try:
-        creds = hub.add_client(name="bench-wait")
-        agents = [HiveMindChatAgent(creds.agent_config(useragent=f"bench-wait-{k}"))
+        # independent satellites, each with its own access key (one key's turns are bounded
+        # by workers_per_client, which is fairness between clients, not what is measured here)
+        agents = [HiveMindChatAgent(hub.add_client(name=f"bench-wait-{k}").agent_config())
                   for k in range(args.waiters)]
         try:
             _, errors, _ = in_parallel(len(agents), lambda k: agents[k].get_response(
@@ -603,13 +614,16 @@ def main():
     ap.add_argument("--nodelay-check", choices=["auto", "always", "never"], default="auto",
                     help="re-measure the relay with TCP_NODELAY on the hubs' sockets (a "
                          "diagnostic, not graded); auto: only when the relay row fails")
+    ap.add_argument("--generation", choices=["4.0", "5"], default="4.0",
+                    help="hivemind-core of the hubs (default 4.0)")
     ap.add_argument("--only", choices=["cpu", "wait", "relay"], action="append",
                     help="run only these tests (repeatable)")
     args = ap.parse_args()
     tests = set(args.only or ["cpu", "wait", "relay"])
+    GENERATION["value"] = args.generation
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # still stop every process
 
-    print(versions())
+    print(f"hubs of hivemind-core {args.generation}; this process: {versions()}")
     if "cpu" in tests:
         print(f"stock agent plugin loaded by name 'hivemind-ovos-agent-plugin': "
               f"{stock_plugin_class()}")

@@ -102,15 +102,18 @@ class HubProcess:
     server.json's "agent_protocol" set to that dict (plugins loaded by name, as in production).
     """
 
-    def __init__(self, agent_protocol=None, server_config=None, generation="5"):
+    def __init__(self, agent_protocol=None, server_config=None, generation="5", venv=None):
+        """`venv`: another hub venv of tests/hub_venvs.py to run from (e.g. "ovos-hub", whose
+        hivemind-core 4.0.0 has the stock OVOS agent plugin beside it)."""
         if generation not in GENERATIONS:
             raise ValueError(f"generation must be one of {GENERATIONS}, not {generation!r}")
         self.generation = generation
-        if generation == "5":   # the current line: this interpreter's venv
+        if generation == "5" and venv is None:   # the current line: this interpreter's venv
             self.python, self.cli = sys.executable, HUB_CLI
             self._pythonpath = [HERE, os.environ.get("PYTHONPATH")]
         else:   # its own venv; this checkout's source first on its path
-            venv = hub_venvs.ensure_venv("hub-4.0")
+            venv = hub_venvs.ensure_venv(venv or "hub-4.0")
+            self.venv = venv
             self.python = os.path.join(venv, "bin", "python")
             self.cli = os.path.join(venv, "bin", "hivemind-core")
             self._pythonpath = [hub_venvs.package_path(), HERE]
