@@ -215,6 +215,9 @@ class Home:
 
 
 GENERATION = {"value": "4.0"}     # --generation
+# hub CPU per turn against the stock path: issue 9 keeps 4.0's figure; on 5.x, whose core and
+# stock plugin spend about a tenth of 4.0's per turn, ours must simply not cost more
+CPU_TARGET = {"4.0": 0.6, "5": 1.0}
 
 
 def start_hub(agent_protocol=None, log_level=None, venv=None) -> HubProcess:
@@ -371,7 +374,8 @@ def report_cpu(args, log_level, sats, idle):
     level = log_level or "default (INFO)"
     errors = sats["ours"].errors + sats["stock"].errors
     row(f"hub CPU / echo turn, log {level}", ms(o), f"stock ovos path {ms(st)}",
-        "<= 0.6x stock", ratio <= 0.6 and not errors)
+        f"<= {CPU_TARGET[GENERATION['value']]}x stock",
+        ratio <= CPU_TARGET[GENERATION["value"]] and not errors)
     info("", f"ratio {ratio:.3f}x; {ours['turns']} turns each ({args.threads} satellites, "
              f"{args.blocks} alternating blocks); throughput ours "
              f"{ours['turns'] / ours['wall']:.0f}/s, stock {stock['turns'] / stock['wall']:.0f}/s")
