@@ -41,9 +41,12 @@ PACKAGE = "hivemind_chat_agent"
 
 VENVS = {
     "hub-4.0": "requirements-hub-4.0.txt",
+    "hub-4.0-noise": "requirements-hub-4.0-noise.txt",
     "ovos-hub": "requirements-ovos-hub.txt",
     "ovos-hub-5": "requirements-ovos-hub-5.txt",
 }
+# complete pinned sets that contradict a package's declared bounds on purpose
+NO_DEPS = {"hub-4.0-noise"}
 # bump when the way a venv is built changes (not its pins: those are hashed already)
 RECIPE = "1"
 
@@ -109,7 +112,8 @@ def ensure_venv(name: str, log=sys.stderr) -> str:
                 pip = [os.path.join(path, "bin", "python"), "-m", "pip", "install",
                        "--disable-pip-version-check"]
                 run(pip + ["--upgrade", "pip", "wheel"])
-                run(pip + ["-r", requirements_path(name)])
+                run(pip + (["--no-deps"] if name in NO_DEPS else []) +
+                    ["-r", requirements_path(name)])
         except subprocess.CalledProcessError as e:
             with open(build_log, errors="replace") as f:
                 tail = f.read()[-4000:]

@@ -23,7 +23,8 @@ from ovos_bus_client.message import Message
 from ovos_bus_client.session import Session
 
 from hubs import GENERATIONS, HubProcess
-from hivemind_chat_agent import ChatAgentProtocol, HiveMindChatAgent, HubBusyError
+from hivemind_chat_agent import (ChatAgentProtocol, HiveMindChatAgent, HubBusyError,
+                                 HubEngineError)
 from hivemind_chat_agent.errors import ConfigurationError
 from hivemind_chat_agent.core.satellites import engine_session_id, hub_secret
 
@@ -441,6 +442,66 @@ def test_relay_from_a_5x_hub_to_a_4_0_hub_and_back():
             assert satellite.pool.peek("home").generation.startswith("5.x")
         finally:
             satellite.shutdown()
+    finally:
+        if hub_b:
+            hub_b.cleanup()
+        hub_a.cleanup()
+
+
+@pytest.mark.skipif(LOCAL_GENERATION == "4.0", reason="needs both generations")
+def test_relay_from_a_4_0_hub_to_a_5x_hub():
+    """satellite (password handshake) -> hub B, 4.0 (this plugin) -> hub A, 5.x (Noise). Hub B
+    runs from a 4.0 venv that also holds a Noise client (docs/compatibility.md); in a stock
+    4.0 venv the relay fails typed, with the fix (UnsupportedHubError, next test)."""
+    hub_a = HubProcess(generation="5").start()
+    hub_b = None
+    try:
+        upstream = hub_a.add_client(name="hub-b")
+        hub_b = HubProcess(plugin_config(engine="hivemind-chat-agent",
+                                         engine_config=upstream.agent_config()),
+                           generation="4.0", venv="hub-4.0-noise").start()
+        satellite = HiveMindChatAgent(hub_b.add_client(name="s1").agent_config())
+        try:
+            assert satellite.get_response("remember ada", session_id="home") == \
+                "I will remember that"
+            assert satellite.get_response("recall", session_id="home") == "you said ada"
+            assert satellite.get_response("count 2", session_id="home") == \
+                "sentence 1\nsentence 2"
+            assert satellite.pool.peek("home").generation.startswith("4.x")
+        finally:
+            satellite.shutdown()
+    finally:
+        if hub_b:
+            hub_b.cleanup()
+        hub_a.cleanup()
+
+
+@pytest.mark.skipif(LOCAL_GENERATION == "4.0", reason="needs both generations")
+def test_a_relay_without_noise_says_so_instead_of_hanging():
+    """The same relay from a stock 4.0 venv (hivemind-bus-client 0.9.1a1, no Noise): the
+    satellite's turn fails at once, and the hub's log names the upgrade."""
+    hub_a = HubProcess(generation="5").start()
+    hub_b = None
+    try:
+        upstream = hub_a.add_client(name="hub-b")
+        hub_b = HubProcess(plugin_config(engine="hivemind-chat-agent",
+                                         engine_config=upstream.agent_config()),
+                           generation="4.0").start()
+        satellite = HiveMindChatAgent(hub_b.add_client(name="s1").agent_config(timeout=20))
+        try:
+            started = time.monotonic()
+            with pytest.raises(HubEngineError):
+                satellite.get_response("hello", session_id="home")
+            assert time.monotonic() - started < 5
+        finally:
+            satellite.shutdown()
+        logs = ""                 # `listen` logs into its XDG state dir
+        for folder, _, files in os.walk(hub_b.home):
+            for name in files:
+                if name.endswith(".log"):
+                    with open(os.path.join(folder, name), errors="replace") as f:
+                        logs += f.read()
+        assert "hivemind-bus-client>=1.2.12a1" in logs
     finally:
         if hub_b:
             hub_b.cleanup()
