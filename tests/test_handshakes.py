@@ -1,6 +1,5 @@
 """Both generations' key exchanges and channels, without sockets, against the hub side of the
 same libraries hivemind-core uses (poorman-handshake, hivemind_bus_client.noise)."""
-import json
 import os
 import stat
 import threading

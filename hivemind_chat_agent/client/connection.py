@@ -19,8 +19,6 @@ caller that plays the audio itself sets `plays_audio` and reports through the ag
 """
 import dataclasses
 import queue
-import re
-import socket
 import threading
 import time
 import uuid
@@ -39,10 +37,11 @@ from hivemind_chat_agent import background
 from hivemind_chat_agent.client.config import ClientConfig
 from hivemind_chat_agent.client.noise_keys import NoiseKeyring
 from hivemind_chat_agent.client.transport import (ENCODINGS, IdentityInMemory, NullBus,
-                                                  TLSFailed, Transport, garbled,
+                                                  Transport, connect_failure, garbled,
                                                   preferred_ciphers)
 from hivemind_chat_agent.core.frames import Opened, Verdict
 from hivemind_chat_agent.core.handshake import ExchangeInputs, KeyExchange, choose
+from hivemind_chat_agent.core.ownership import claim
 from hivemind_chat_agent.core.protocol_names import AUDIO_OUTPUT_END_TYPE, TURN_TAG_KEY
 from hivemind_chat_agent.core.refusals import (POLICY_DENIED_TYPE, UtteranceTopic,
                                                denial_error, read_denial,
@@ -54,9 +53,6 @@ from hivemind_chat_agent.core.turns import Absorb, Event, Turn, TurnTable
 from hivemind_chat_agent.errors import (AccessKeyRejectedError, ConnectionLostError,
                                         HandshakeTimeoutError, HiveMindChatError,
                                         HubUnreachableError, ReplyTooLargeError)
-
-
-_NAMESPACED = re.compile(r"[0-9a-f]{16}:(.+)")   # hivemind-core's per-client session namespace
 
 
 class TurnHandle:
@@ -357,32 +353,21 @@ class HubConnection:
                 handle.push(handle.turn.lose(str(error), "refused"))
 
     def _own_session(self, reply):
-        """The reply if it belongs to a session this connection carries, else None (caller
-        holds the lock). hivemind-core 4.13-4.14 answer each session under a per-client
-        namespace (`<16 hex>:<our id>`) without restoring our id: such a reply is ours, is
-        routed under our id (its Session is not taken: `absorb` checks the id), and this
-        connection stops being shared. A reply naming any other session never reaches a turn
-        of ours, whatever turn tag it carries."""
-        sid, tag = reply.session_id, reply.turn_tag
-        owner = self._tags.get(tag) if tag is not None else None
-        if owner is None and sid != self.session_id and sid not in self._carried:
-            match = _NAMESPACED.fullmatch(sid)
-            owner = match.group(1) if match and (match.group(1) == self.session_id or
-                                                 match.group(1) in self._carried) else None
-            if owner is None:
-                LOG.debug(f"ignoring {reply.msg_type} for another session")
-                return None
-        if owner is None or owner == sid:
-            return reply
-        if _NAMESPACED.fullmatch(sid) is None or sid.split(":", 1)[1] != owner:
-            LOG.warning(f"ignoring a {reply.msg_type} that carries a turn of session {owner} "
-                        "but names another session")
+        """The reply under the id of the session of ours it belongs to, or None (caller holds
+        the lock). A namespaced answer (4.13-4.14 hubs) is routed under our id, its Session is
+        not taken (`absorb` checks the id), and the connection stops being shared."""
+        owner, namespaced = claim(reply.session_id, reply.turn_tag, self._tags,
+                                  lambda sid: sid == self.session_id or
+                                  (self.many_sessions and sid in self._carried))
+        if owner is None:
+            LOG.debug(f"ignoring {reply.msg_type} for another session")
             return None
-        if self.many_sessions:
-            LOG.warning(f"the hub answers session {owner} under its own namespace ({sid}): "
-                        "from now on each session gets a connection of its own")
+        if namespaced and self.many_sessions:
+            LOG.warning(f"the hub answers session {owner} under its own namespace "
+                        f"({reply.session_id}): from now on each session gets a connection of "
+                        "its own")
             self.many_sessions = False
-        return dataclasses.replace(reply, session_id=owner)
+        return dataclasses.replace(reply, session_id=owner) if namespaced else reply
 
     def report_audio_end(self, tag: Optional[str] = None,
                          session_id: Optional[str] = None) -> None:
@@ -404,29 +389,14 @@ class HubConnection:
     def _on_socket_error(self, error: Any):
         if isinstance(error, WebSocketConnectionClosedException) and self._opened:
             return   # the hub's close frame: on_close follows with its code and reason
-        if isinstance(error, TLSFailed):
-            self._fail(HubUnreachableError(str(error)))
-            return
-        if isinstance(error, (socket.timeout, TimeoutError)) and not self._opened:
+        if not self._opened:
+            self._fail(connect_failure(error, self.config, self._redact))
+        elif not self._ready.is_set() and garbled(error):
             self._fail(HubUnreachableError(
-                f"no HiveMind hub answered at {self.config.url_host}:{self.config.port} within "
-                f"{self.config.connect_timeout:g} s; check host and port and that "
-                "hivemind-core is running"))
-        elif isinstance(error, ConnectionRefusedError):
-            self._fail(HubUnreachableError(
-                f"connection refused by {self.config.url_host}:{self.config.port}; check host "
-                "and port and that hivemind-core is running"))
-        elif not self._ready.is_set() and self._opened and garbled(error):
-            self._fail(HubUnreachableError(
-                f"the connection to the hub broke during the handshake ({type(error).__name__}); the "
-                "key was not refused: check the network path to the hub and its log"))
-        elif not self._ready.is_set() and self._opened:
-            self._on_socket_closed()
+                f"the connection to the hub broke during the handshake ({type(error).__name__}); "
+                "the key was not refused: check the network path to the hub and its log"))
         elif not self._ready.is_set():
-            self._fail(HubUnreachableError(
-                f"could not connect to {self.config.url_host}:{self.config.port} "
-                f"({type(error).__name__}: {self._redact(str(error))}); check host, port and "
-                "TLS settings"))
+            self._on_socket_closed()
         else:
             self._on_socket_closed(broken=error if garbled(error) else None)
 

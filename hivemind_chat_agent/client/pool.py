@@ -14,7 +14,6 @@ which the next connection sends in its HELLO and with every utterance.
 """
 import threading
 import time
-import zlib
 from collections import OrderedDict
 from typing import Callable, Dict, List, Optional, Set
 

@@ -22,7 +22,7 @@ from websocket import ABNF, WebSocketPayloadException, WebSocketProtocolExceptio
 from hivemind_chat_agent import leak_free_codecs
 from hivemind_chat_agent.core.frames import Opened, Verdict, open_frame
 from hivemind_chat_agent.core.handshake import SecureChannel
-from hivemind_chat_agent.errors import ConnectionLostError
+from hivemind_chat_agent.errors import ConnectionLostError, HiveMindChatError, HubUnreachableError
 
 # Fastest first; the hub picks the first one its config allows.
 ENCODINGS = [SupportedEncodings.JSON_B64, SupportedEncodings.JSON_URLSAFE_B64,
@@ -284,6 +284,22 @@ class Transport(HiveMessageBusClient):
 
 
 TLS_HANDSHAKE_TIMEOUT = 2.0   # seconds; a TLS hub on a LAN answers in milliseconds
+
+
+def connect_failure(error: Any, cfg, redact) -> HiveMindChatError:
+    """The typed error for a connection that never opened (before any websocket frame)."""
+    where = f"{cfg.url_host}:{cfg.port}"
+    if isinstance(error, TLSFailed):
+        return HubUnreachableError(str(error))
+    if isinstance(error, (socket.timeout, TimeoutError)):
+        return HubUnreachableError(
+            f"no HiveMind hub answered at {where} within {cfg.connect_timeout:g} s; check host "
+            "and port and that hivemind-core is running")
+    if isinstance(error, ConnectionRefusedError):
+        return HubUnreachableError(f"connection refused by {where}; check host and port and "
+                                   "that hivemind-core is running")
+    return HubUnreachableError(f"could not connect to {where} ({type(error).__name__}: "
+                               f"{redact(str(error))}); check host, port and TLS settings")
 
 
 class TLSFailed(Exception):

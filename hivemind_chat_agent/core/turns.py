@@ -7,7 +7,7 @@ moves bytes and delivers those events. Nothing here touches a socket, a thread o
 """
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Dict, List, Optional, Tuple, Union
+from typing import Dict, List, Optional, Union
 
 from hivemind_chat_agent.core.replies import Reply, ReplyKind
 
