@@ -16,8 +16,8 @@ def example(name):
         return json.load(f)
 
 
-def test_server_json_serves_the_local_aiml_engine():
-    hub = HubProcess(server_config=example("server.json")).start()
+def test_server_json_serves_the_local_aiml_engine(generation):
+    hub = HubProcess(server_config=example("server.json"), generation=generation).start()
     try:
         agent = HiveMindChatAgent(hub.add_client().agent_config())
         try:
@@ -29,12 +29,12 @@ def test_server_json_serves_the_local_aiml_engine():
         hub.cleanup()
 
 
-def test_server_relay_json_relays_to_an_upstream_hub(hub):
+def test_server_relay_json_relays_to_an_upstream_hub(hub, generation):
     relay = example("server-relay.json")
     upstream = hub.add_client(name="relay-example")
     relay["agent_protocol"]["hivemind-chat-agent-plugin"]["engine_config"].update(
         upstream.agent_config())
-    middle = HubProcess(server_config=relay).start()
+    middle = HubProcess(server_config=relay, generation=generation).start()
     try:
         agent = HiveMindChatAgent(middle.add_client().agent_config())
         try:
