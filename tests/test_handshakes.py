@@ -193,3 +193,13 @@ def test_utterance_topic_falls_back_once_and_names_the_command():
     denied = {"denied_type": "x", "code": "acl_disallowed_type", "reason": "r" * 500,
               "data": {"allowed": []}}
     assert read_denial(denied)[2] == "r" * 300 and read_denial("junk") == (None, "", "", {})
+
+
+def test_a_v3_hub_without_noise_installed_is_a_typed_error_naming_the_upgrade(tmp_path,
+                                                                             monkeypatch):
+    """Our client inside a stock hivemind-core 4.0.0 venv (hivemind-bus-client 0.9.1a1 has no
+    Noise module) meeting a 5.x hub: refused before anything is sent, with the fix."""
+    import sys
+    monkeypatch.setitem(sys.modules, "hivemind_chat_agent.core.handshake_noise", None)
+    with pytest.raises(UnsupportedHubError, match="hivemind-bus-client>=1.2.12a1"):
+        choose(HELLO_5, OFFER_5, inputs(tmp_path))
