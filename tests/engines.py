@@ -55,14 +55,13 @@ class ScriptEngine(ChatEngine):
         elif cmd == "note":
             from ovos_bus_client.session import SessionManager
             sess = SessionManager.sessions[session_id]
-            sess.context.inject_context({"data": [[" ".join(args), "Note"]], "key": "Note",
+            key = f"Note{len(notes_in(sess))}"    # one value per key in ovos-bus-client 2.x
+            sess.context.inject_context({"data": [[" ".join(args), key]], "key": key,
                                          "confidence": 1.0})
             yield "noted"
         elif cmd == "notes":
             from ovos_bus_client.session import SessionManager
-            sess = SessionManager.sessions[session_id]
-            notes = [e["data"][0][0] for frame, _ in sess.context.frame_stack
-                     for e in frame.entities if e.get("key") == "Note"]
+            notes = notes_in(SessionManager.sessions[session_id])
             yield f"notes: {', '.join(notes)}" if notes else "no notes"
         elif cmd == "whoami":
             yield f"session {session_id}"
@@ -72,3 +71,17 @@ class ScriptEngine(ChatEngine):
             yield f"units {units}"
         else:
             yield f"you said {text}"
+
+
+def notes_in(sess):
+    """The notes kept in a Session's intent context, newest first: ovos-bus-client 2.x keeps
+    them in `intent_context` (one value per key), 1.x as frames carrying the key."""
+    context = getattr(sess, "intent_context", None)
+    if isinstance(context, dict):
+        found = [(k, v.get("value")) for k, v in context.items()
+                 if k.startswith("Note") and isinstance(v, dict)]
+    else:
+        found = [(e.get("key"), e["data"][0][0]) for frame, _ in sess.context.frame_stack
+                 for e in frame.entities if str(e.get("key", "")).startswith("Note")]
+    return [value for _, value in sorted(found, key=lambda kv: int(kv[0][4:] or 0),
+                                         reverse=True)]

@@ -622,13 +622,7 @@ def test_a_re_hello_storm_releases_every_session_at_disconnect():
         hub.stop()
 
 
-def test_the_hub_keeps_a_minimal_satellites_conversation_state(chat_hub, request):
-    if chat_hub.generation != "4.0":
-        request.node.add_marker(pytest.mark.xfail(
-            reason="tests/engines.py keeps notes as intent-context frames found by key "
-                   "'Note'; ovos-bus-client 2.x keeps one value per key (intent_context) and "
-                   "names legacy frames by value. The hub does carry the state (test_hub_v5)",
-            strict=False))
+def test_the_hub_keeps_a_minimal_satellites_conversation_state(chat_hub):
     """A satellite that sends only its session id every turn (never echoing the Session back)
     gets the same multi-turn behaviour as one that does: the hub keeps the conversation."""
     minimal = RawSatellite(chat_hub.add_client(name="minimal"))
@@ -645,10 +639,11 @@ def test_the_hub_keeps_a_minimal_satellites_conversation_state(chat_hub, request
     finally:
         minimal.close()
     agent = HiveMindChatAgent(echoing.agent_config())      # echoes what the hub sent back
+    sid = f"echo-notes-{chat_hub.generation}"   # SessionManager is process-wide
     try:
-        agent.get_response("note the blue door", session_id="echo-notes")
-        agent.get_response("note the red key", session_id="echo-notes")
-        assert agent.get_response("notes", session_id="echo-notes") == \
+        agent.get_response("note the blue door", session_id=sid)
+        agent.get_response("note the red key", session_id=sid)
+        assert agent.get_response("notes", session_id=sid) == \
             "notes: the red key, the blue door"
     finally:
         agent.shutdown()
