@@ -29,7 +29,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import bench_hub  # noqa: E402  (its helpers: the stock hub, rows, CPU readings)
-from bench_hub import STARTED, cpu_seconds, info, ms, row, stock_hub  # noqa: E402
+from bench_hub import cpu_seconds, info, ms, row, run_graded, stock_hub  # noqa: E402
 
 bench_hub.GENERATION["value"] = "5"      # every hub here is of the current line
 
@@ -175,28 +175,15 @@ def main():
     args = parser.parse_args()
     print(f"{os.cpu_count()} CPUs; all servers on 127.0.0.1\n")
     print(f"{'measure':<44} {'value':<18} {'baseline (same run)':<36} {'target':<24} result")
-    t0 = time.monotonic()
     keys_dir = tempfile.mkdtemp(prefix="bench-noise-keys-")
-    try:
+
+    def steps():
         hub = stock_hub(log_level="ERROR")
         creds = hub.add_client()
         bench_new_session(hub, creds, keys_dir, args.rounds)
         bench_connect(hub, keys_dir, max(3, args.rounds // 2))
         bench_many_sessions(hub, creds, keys_dir, args.sessions, args.bursts)
-    except Exception as e:   # noqa: BLE001 - a crash is a failure, reported like one
-        import traceback
-        traceback.print_exc()
-        row("benchmark completed", type(e).__name__, str(e)[:36], "no exception", False)
-    finally:
-        for item in STARTED[::-1]:
-            try:
-                item.cleanup()
-            except Exception:   # noqa: BLE001
-                pass
-    failed = [r for r in bench_hub.ROWS if r[-1] == "FAIL"]
-    print(f"\n(total {time.monotonic() - t0:.0f} s)")
-    print(f"{len(bench_hub.ROWS) - len(failed)} passed, {len(failed)} failed", flush=True)
-    os._exit(1 if failed else 0)
+    run_graded(steps)
 
 
 if __name__ == "__main__":

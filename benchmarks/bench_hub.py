@@ -634,8 +634,7 @@ def main():
         LOG.set_level("ERROR")   # loading the entry points imported hivemind_core (INFO again)
     print(f"{os.cpu_count()} CPUs; all servers on 127.0.0.1\n")
     print(f"{'measure':<44} {'value':<18} {'baseline (same run)':<36} {'target':<24} result")
-    t0 = time.monotonic()
-    try:
+    def steps():
         if "cpu" in tests:
             bench_cpu(args, None, "")
             if not args.no_error_level:
@@ -644,6 +643,15 @@ def main():
             bench_concurrency(args)
         if "relay" in tests:
             bench_relay(args)
+    run_graded(steps)
+
+
+def run_graded(steps):
+    """Run the benchmark's steps (a crash is a failed row), stop every process they started,
+    print the tally and exit with its verdict."""
+    t0 = time.monotonic()
+    try:
+        steps()
     except Exception as e:   # noqa: BLE001 - a crash is a failure, reported like one
         import traceback
         traceback.print_exc()

@@ -5,6 +5,7 @@ each hub generation: hivemind-core 4.0 (password handshake) and 5.x (Noise).
 Run from the current line's venv, the hubs of both generations are started (4.0 from its own
 venv, tests/hub_venvs.py). Run from a venv that itself holds hivemind-core 4.x, only 4.0 hubs
 are, from that very venv."""
+import contextlib
 import importlib.metadata
 import json
 import os
@@ -422,24 +423,21 @@ def test_relay_through_two_hubs_keeps_per_satellite_memory(generation):
         hub_a.cleanup()
 
 
-@pytest.mark.skipif(LOCAL_GENERATION == "4.0", reason="needs both generations")
-def test_relay_from_a_5x_hub_to_a_4_0_hub_and_back():
-    """satellite (Noise) -> hub B, 5.x (this plugin) -> hub A, 4.0 (password handshake)."""
-    hub_a = HubProcess(generation="4.0").start()
+@contextlib.contextmanager
+def relay_across(upstream, relay, relay_venv=None, **satellite_config):
+    """A satellite of hub B (this plugin, engine hivemind-chat-agent, generation `relay`)
+    relaying to hub A (the test pipeline, generation `upstream`): yields (satellite, hub B)."""
+    hub_a = HubProcess(generation=upstream).start()
     hub_b = None
     try:
-        upstream = hub_a.add_client(name="hub-b")
+        engine_config = hub_a.add_client(name="hub-b").agent_config()
         hub_b = HubProcess(plugin_config(engine="hivemind-chat-agent",
-                                         engine_config=upstream.agent_config()),
-                           generation="5").start()
-        satellite = HiveMindChatAgent(hub_b.add_client(name="s1").agent_config())
+                                         engine_config=engine_config),
+                           generation=relay, venv=relay_venv).start()
+        satellite = HiveMindChatAgent(hub_b.add_client(name="s1").agent_config(
+            **satellite_config))
         try:
-            assert satellite.get_response("remember ada", session_id="home") == \
-                "I will remember that"
-            assert satellite.get_response("recall", session_id="home") == "you said ada"
-            assert satellite.get_response("count 2", session_id="home") == \
-                "sentence 1\nsentence 2"
-            assert satellite.pool.peek("home").generation.startswith("5.x")
+            yield satellite, hub_b
         finally:
             satellite.shutdown()
     finally:
@@ -449,52 +447,31 @@ def test_relay_from_a_5x_hub_to_a_4_0_hub_and_back():
 
 
 @pytest.mark.skipif(LOCAL_GENERATION == "4.0", reason="needs both generations")
-def test_relay_from_a_4_0_hub_to_a_5x_hub():
-    """satellite (password handshake) -> hub B, 4.0 (this plugin) -> hub A, 5.x (Noise). Hub B
-    runs from a 4.0 venv that also holds a Noise client (docs/compatibility.md); in a stock
-    4.0 venv the relay fails typed, with the fix (UnsupportedHubError, next test)."""
-    hub_a = HubProcess(generation="5").start()
-    hub_b = None
-    try:
-        upstream = hub_a.add_client(name="hub-b")
-        hub_b = HubProcess(plugin_config(engine="hivemind-chat-agent",
-                                         engine_config=upstream.agent_config()),
-                           generation="4.0", venv="hub-4.0-noise").start()
-        satellite = HiveMindChatAgent(hub_b.add_client(name="s1").agent_config())
-        try:
-            assert satellite.get_response("remember ada", session_id="home") == \
-                "I will remember that"
-            assert satellite.get_response("recall", session_id="home") == "you said ada"
-            assert satellite.get_response("count 2", session_id="home") == \
-                "sentence 1\nsentence 2"
-            assert satellite.pool.peek("home").generation.startswith("4.x")
-        finally:
-            satellite.shutdown()
-    finally:
-        if hub_b:
-            hub_b.cleanup()
-        hub_a.cleanup()
+@pytest.mark.parametrize("upstream, relay, relay_venv", [
+    ("4.0", "5", None),               # satellite (Noise) -> 5.x hub -> 4.0 hub (password)
+    ("5", "4.0", "hub-4.0-noise")])   # satellite (password) -> 4.0 hub -> 5.x hub (Noise)
+def test_relay_across_generations(upstream, relay, relay_venv):
+    """A 4.0 hub relays to a 5.x one from a venv that also holds a Noise client
+    (docs/compatibility.md); from a stock 4.0 venv it fails typed (next test)."""
+    with relay_across(upstream, relay, relay_venv) as (satellite, _):
+        assert satellite.get_response("remember ada", session_id="home") == \
+            "I will remember that"
+        assert satellite.get_response("recall", session_id="home") == "you said ada"
+        assert satellite.get_response("count 2", session_id="home") == \
+            "sentence 1\nsentence 2"
+        assert satellite.pool.peek("home").generation.startswith("5.x" if relay == "5"
+                                                                 else "4.x")
 
 
 @pytest.mark.skipif(LOCAL_GENERATION == "4.0", reason="needs both generations")
 def test_a_relay_without_noise_says_so_instead_of_hanging():
     """The same relay from a stock 4.0 venv (hivemind-bus-client 0.9.1a1, no Noise): the
     satellite's turn fails at once, and the hub's log names the upgrade."""
-    hub_a = HubProcess(generation="5").start()
-    hub_b = None
-    try:
-        upstream = hub_a.add_client(name="hub-b")
-        hub_b = HubProcess(plugin_config(engine="hivemind-chat-agent",
-                                         engine_config=upstream.agent_config()),
-                           generation="4.0").start()
-        satellite = HiveMindChatAgent(hub_b.add_client(name="s1").agent_config(timeout=20))
-        try:
-            started = time.monotonic()
-            with pytest.raises(HubEngineError):
-                satellite.get_response("hello", session_id="home")
-            assert time.monotonic() - started < 5
-        finally:
-            satellite.shutdown()
+    with relay_across("5", "4.0", timeout=20) as (satellite, hub_b):
+        started = time.monotonic()
+        with pytest.raises(HubEngineError):
+            satellite.get_response("hello", session_id="home")
+        assert time.monotonic() - started < 5
         logs = ""                 # `listen` logs into its XDG state dir
         for folder, _, files in os.walk(hub_b.home):
             for name in files:
@@ -502,10 +479,6 @@ def test_a_relay_without_noise_says_so_instead_of_hanging():
                     with open(os.path.join(folder, name), errors="replace") as f:
                         logs += f.read()
         assert "hivemind-bus-client>=1.2.12a1" in logs
-    finally:
-        if hub_b:
-            hub_b.cleanup()
-        hub_a.cleanup()
 
 
 def test_a_satellite_that_knows_only_the_access_key_gets_nothing(chat_hub):
