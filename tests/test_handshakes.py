@@ -190,6 +190,13 @@ def test_utterance_topic_falls_back_once_and_names_the_command():
     assert forced.denied("ovos.utterance.handle") is None
     told = UtteranceTopic()
     assert told.denied("recognizer_loop:utterance", allowed=["speak"]) is None
+    back = UtteranceTopic()       # the hub's list decides, also to go back to the legacy name
+    assert back.denied("recognizer_loop:utterance",
+                       allowed=["ovos.utterance.handle"]) == "ovos.utterance.handle"
+    assert back.denied("ovos.utterance.handle",
+                       allowed=["recognizer_loop:utterance"]) == "recognizer_loop:utterance"
+    quota = denial_error("recognizer_loop:utterance", "quota_exceeded", "10 per minute", [])
+    assert isinstance(quota, PolicyDeniedError) and "allow-msg" not in str(quota)
     denied = {"denied_type": "x", "code": "acl_disallowed_type", "reason": "r" * 500,
               "data": {"allowed": []}}
     assert read_denial(denied)[2] == "r" * 300 and read_denial("junk") == (None, "", "", {})
@@ -203,3 +210,11 @@ def test_a_v3_hub_without_noise_installed_is_a_typed_error_naming_the_upgrade(tm
     monkeypatch.setitem(sys.modules, "hivemind_chat_agent.core.handshake_noise", None)
     with pytest.raises(UnsupportedHubError, match="hivemind-bus-client>=1.2.12a1"):
         choose(HELLO_5, OFFER_5, inputs(tmp_path))
+
+
+def test_a_hub_that_spoke_noise_and_now_offers_a_password_is_refused_unsent(tmp_path):
+    """Stripping the Noise offer would get the password envelope (a fast hash) sent."""
+    noise_session(tmp_path)                                   # pins the hub's key
+    with pytest.raises(HubKeyChangedError, match="downgrading"):
+        choose(HELLO_5, OFFER_4, inputs(tmp_path))
+    assert "password" not in repr(inputs(tmp_path)) and PASSWORD not in repr(inputs(tmp_path))

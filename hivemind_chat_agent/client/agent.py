@@ -143,7 +143,8 @@ class HiveMindChatAgent(ChatEngine):
                             if isinstance(event, Sentence):
                                 yield event.text
                             else:
-                                lost = event.state is TurnState.LOST
+                                # a refused turn leaves the stream intact: keep it
+                                lost = event.state is TurnState.LOST and event.kind != "refused"
                                 clean = self._outcome(event, handle)
                     finally:
                         if not handle.turn.state.is_final:

@@ -43,7 +43,7 @@ from hivemind_chat_agent.core.frames import Opened, Verdict
 from hivemind_chat_agent.core.handshake import ExchangeInputs, KeyExchange, choose
 from hivemind_chat_agent.core.ownership import claim
 from hivemind_chat_agent.core.protocol_names import AUDIO_OUTPUT_END_TYPE, TURN_TAG_KEY
-from hivemind_chat_agent.core.refusals import (POLICY_DENIED_TYPE, UtteranceTopic,
+from hivemind_chat_agent.core.refusals import (ACL_DENIED, POLICY_DENIED_TYPE, UtteranceTopic,
                                                denial_error, read_denial,
                                                refusal_after_noise_handshake,
                                                refusal_from_close)
@@ -63,6 +63,7 @@ class TurnHandle:
         self.events: "queue.SimpleQueue[Event]" = queue.SimpleQueue()
         self.error: Optional[HiveMindChatError] = None   # why the hub refused it, if it did
         self.message: Optional[Message] = None           # what was sent, for a topic retry
+        self.heard = False                               # some reply of this turn arrived
 
     def push(self, events: List[Event]) -> None:
         for event in events:
@@ -181,7 +182,8 @@ class HubConnection:
         handle = TurnHandle(turn)
         with self._lock:
             if not self.alive:
-                raise ConnectionLostError("the connection to the hub is closed; retry the turn")
+                raise self._error or ConnectionLostError(
+                    "the connection to the hub is closed; retry the turn")
             self._table.open(turn)
             self._handles[session.session_id] = handle
             self._tags[tag] = session.session_id
@@ -189,6 +191,14 @@ class HubConnection:
             self._carried.move_to_end(session.session_id)
             while len(self._carried) > self.config.max_sessions:
                 self._carried.popitem(last=False)
+        try:
+            return self._send_turn(handle, session, utterance, tag)
+        except BaseException:
+            self.finish_turn(handle)
+            raise
+
+    def _send_turn(self, handle: TurnHandle, session: Session, utterance: str,
+                   tag: str) -> TurnHandle:
         wire = self._book.wire(session)
         data = {"utterances": [utterance]}
         if "lang" in wire:
@@ -202,7 +212,8 @@ class HubConnection:
         try:
             self._transport.emit(HiveMessage(HiveMessageType.BUS, payload=message))
         except HiveMindChatError:
-            self.finish_turn(handle)
+            if self._error is not None:     # the hub refused us meanwhile: say why
+                raise self._error from None
             raise
         return handle   # a close from now on reaches the turn as LOST (_fail_turns)
 
@@ -256,6 +267,12 @@ class HubConnection:
         except HiveMindChatError as e:
             self._fail(e)
             return
+        except Exception as e:   # our side: an unwritable key dir, a corrupt key file …
+            self._fail(HiveMindChatError(
+                f"could not take part in the hub's handshake ({type(e).__name__}: {e}); for "
+                f"the Noise handshake, check that noise_key_dir ({self.config.noise_key_dir}) "
+                "is a writable directory of this user's"))
+            return
         if channel is None:
             return
         self.generation = self._exchange.generation
@@ -301,6 +318,7 @@ class HubConnection:
                 self._book.absorb(reply.session_id, reply.session,
                                   response_mode_only=routing.absorb is Absorb.RESPONSE_MODE)
             if routing.turn is not None:
+                self._handles[routing.turn.session_id].heard = True
                 if reply.turn_tag is None:
                     self.untagged = True
                 self._handles[routing.turn.session_id].push(routing.events)
@@ -314,10 +332,13 @@ class HubConnection:
             self._on_aside(reply.session_id, routing.aside)
 
     def _on_denied(self, data: Any) -> None:
-        """`hive.policy.denied`: it carries no session or turn tag, and answers the last message
-        of its type. An utterance topic is retried on the other name where the hub allows it
-        (nothing reached the hub's agent, so nothing runs twice); otherwise the turns waiting
-        on it fail at once, naming the operator's command."""
+        """`hive.policy.denied`: it carries no session or turn tag, and answers one message of
+        its type. Only turns that got nothing back can be the denied ones. An ACL denial
+        (the client may not send this type at all) covers every such turn: the utterance goes
+        again under the other name where the hub allows it (nothing reached its agent, so
+        nothing runs twice), else they fail at once naming the operator's command. Any other
+        denial (a quota, a policy error) answers one message: a single candidate fails with
+        it; several cannot be told apart and are left to their timeout."""
         denied, code, reason, extra = read_denial(data)
         if denied == AUDIO_OUTPUT_END_TYPE:
             if not self._audio_end_denied:
@@ -329,22 +350,28 @@ class HubConnection:
         with self._lock:
             waiting = [h for h in self._handles.values()
                        if h.message is not None and h.message.msg_type == denied
-                       and not h.turn.state.is_final]
+                       and not h.heard and not h.turn.state.is_final]
         if not waiting:
             LOG.info(f"the hub denied a {denied} ({code}): {reason}")
             return
-        retry = self.topic.denied(denied, extra.get("allowed")) if code != "backend_unavailable" \
-            else None
-        if retry is not None:
-            LOG.info(f"the hub does not allow {denied} for this client; sending {retry}")
-            for handle in waiting:
-                handle.message.msg_type = retry
-                try:
-                    self._transport.emit(HiveMessage(HiveMessageType.BUS, payload=handle.message))
-                except HiveMindChatError as e:
-                    self._refuse([handle], e)
+        if code != ACL_DENIED:
+            if len(waiting) == 1:
+                self._refuse(waiting, denial_error(denied, code, reason, self.topic.to_allow))
+            else:
+                LOG.warning(f"the hub denied one of {len(waiting)} {denied} in flight ({code}: "
+                            f"{reason}); it does not say which, so they run to their timeout")
             return
-        self._refuse(waiting, denial_error(denied, code, reason, self.topic.to_allow))
+        retry = self.topic.denied(denied, extra.get("allowed"))
+        if retry is None:
+            self._refuse(waiting, denial_error(denied, code, reason, self.topic.to_allow))
+            return
+        LOG.info(f"the hub does not allow {denied} for this client; sending {retry}")
+        for handle in waiting:
+            handle.message.msg_type = retry
+            try:
+                self._transport.emit(HiveMessage(HiveMessageType.BUS, payload=handle.message))
+            except HiveMindChatError as e:
+                self._refuse([handle], e)
 
     def _refuse(self, handles: List[TurnHandle], error: HiveMindChatError) -> None:
         with self._lock:

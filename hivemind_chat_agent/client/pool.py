@@ -62,6 +62,9 @@ class ConnectionPool:
                 if self._sharing is None:
                     conn = self._open(session)
                     with self._lock:
+                        if self._closed:       # shut down while it connected
+                            conn.close()
+                            self._check_open()
                         self._sharing = conn.many_sessions
                         if self._sharing:
                             self._shared.append(conn)

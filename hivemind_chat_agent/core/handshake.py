@@ -7,13 +7,14 @@ through `KeyExchange`; once it completes, a `SecureChannel` seals what we send a
 the hub sends. Nothing here does I/O, so every step is testable without a socket.
 """
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 from hivemind_bus_client.message import HiveMessage
 
 from hivemind_chat_agent.core.frames import Opened
-from hivemind_chat_agent.errors import AuthenticationError, UnsupportedHubError
+from hivemind_chat_agent.errors import (AuthenticationError, HubKeyChangedError,
+                                        UnsupportedHubError)
 
 Frame = Tuple[Union[str, bytes], bool]     # (data, is_binary)
 
@@ -54,8 +55,8 @@ class KeyExchange(ABC):
 @dataclass(frozen=True)
 class ExchangeInputs:
     """What a key exchange needs: the client's secrets and where its Noise keys live."""
-    password: str
-    access_key: str
+    password: str = field(repr=False)
+    access_key: str = field(repr=False)
     hub_address: str                   # host:port, the hub key's pin is kept under it
     noise_keys: Any = None             # NoiseKeyring (handshake_noise), None for no Noise
     encodings: Tuple[str, ...] = ()
@@ -84,6 +85,16 @@ def choose(hello: Dict[str, Any], offer: Dict[str, Any], inputs: ExchangeInputs)
                 "hivemind-core 5.x) and this install has no Noise support; install "
                 "hivemind-bus-client>=1.2.12a1 and poorman-handshake>=2.0.0a1") from None
         return NoiseExchange(hello, offer, inputs)
+    keys = inputs.noise_keys
+    if keys is not None and keys.pinned(inputs.hub_address):
+        # a hub that spoke Noise to us offers only the password handshake, whose envelope is a
+        # fast hash of the password: refused before it is sent (an attacker on the path strips
+        # the Noise offer to crack the password offline)
+        raise HubKeyChangedError(
+            f"the hub at {inputs.hub_address} spoke the Noise handshake before and now offers "
+            "only the password handshake: someone on the network may be downgrading the "
+            "connection, so no password proof was sent. If the hub really went back to "
+            f"hivemind-core 4.x, remove its line from {keys.pins_path}")
     if offer.get("password"):
         from hivemind_chat_agent.core.handshake_password import PasswordExchange
         return PasswordExchange(offer, inputs)

@@ -19,6 +19,7 @@ CURRENT_UTTERANCE_TYPE = "ovos.utterance.handle"
 # Every ovos-core understands the legacy name; 5.x hubs may admit a client on either.
 UTTERANCE_TOPICS = (UTTERANCE_TYPE, CURRENT_UTTERANCE_TYPE)
 BACKEND_UNAVAILABLE = "backend_unavailable"
+ACL_DENIED = "acl_disallowed_type"          # the client may not send this type at all
 NODE_ID_HINT = "NODE_ID (this client's id in `hivemind-core list-clients`)"
 
 
@@ -72,16 +73,16 @@ class UtteranceTopic:
         return [self.forced] if self.forced else list(UTTERANCE_TOPICS)
 
     def denied(self, topic: str, allowed: Any = None) -> Optional[str]:
-        """The hub refused `topic`: the one to try next, or None when there is none."""
-        if topic != self.current:                  # already moved on
-            return self.current if topic in UTTERANCE_TOPICS else None
+        """The hub's ACL refused `topic`: the one to send instead, or None when there is none.
+        `allowed`, when the hub says what this client may send, decides."""
         if topic not in self._denied:
             self._denied.append(topic)
         if self.forced:
             return None
-        options = [t for t in UTTERANCE_TOPICS if t not in self._denied]
-        if isinstance(allowed, list):              # the hub said what this client may send
-            options = [t for t in options if t in allowed] or []
+        if isinstance(allowed, list):
+            options = [t for t in UTTERANCE_TOPICS if t in allowed and t != topic]
+        else:
+            options = [t for t in UTTERANCE_TOPICS if t not in self._denied]
         if not options:
             return None
         self.current = options[0]
@@ -103,6 +104,10 @@ def denial_error(topic: str, code: str, reason: str, to_allow: List[str]) -> Hiv
     if code == BACKEND_UNAVAILABLE:
         return HubEngineError(f"the hub admitted the utterance but could not deliver it: its "
                               f"agent bus is unreachable ({reason}); check the hub's OVOS side")
+    if code != ACL_DENIED:   # a quota, a content rule, a policy error: this message only
+        return PolicyDeniedError(f"the hub's policy refused this utterance ({code or 'denied'}"
+                                 f"{': ' + reason if reason else ''}); try again later, or ask "
+                                 "the hub's operator about its policy plugins")
     topics = " ".join(to_allow or [topic])
     return PolicyDeniedError(
         f"the hub's message policy does not allow this client to send {topic} "

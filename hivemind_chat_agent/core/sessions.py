@@ -66,6 +66,7 @@ class SessionBook:
         # the Session each hub last sent, as it sent it: it goes back unchanged (bar what the
         # caller sets), because re-serializing it through this process's ovos-bus-client can
         # change it (2.x re-keys 1.x intent context, so a 4.0 hub's skills lose their context)
+        # (each dict is replaced, never changed: the socket thread writes, turns read)
         self._from_hub: Dict[str, Dict[str, Any]] = {}
         self._caller: Dict[str, Dict[str, str]] = {}   # fields the caller set, per session
         # ovos-bus-client's SessionManager keeps every Session forever: a persona serving many
@@ -181,11 +182,13 @@ class SessionBook:
             SessionManager.sessions[session_id] = Session.deserialize(merged)
             raw = self._from_hub.get(session_id)
             if raw is not None:   # a field the hub left out is unset (2.x omits an ended one)
+                raw = dict(raw)   # a new dict: the caller's thread may be reading the old one
                 for key in RESPONSE_MODE_FIELDS:
                     if key in data:
                         raw[key] = data[key]
                     else:
                         raw.pop(key, None)
+                self._from_hub[session_id] = raw
             return True
         SessionManager.sessions[session_id] = sess
         self._from_hub[session_id] = dict(data)
