@@ -111,6 +111,12 @@ class HiveMindChatAgent(ChatEngine):
         if conn is not None:
             conn.report_audio_end(session_id=sid)
 
+    def forget_session(self, session_id: str) -> None:
+        """Drop this conversation's state here (into the store, when one is configured), so
+        its next turn starts from what the caller declares. A hub relaying through this agent
+        calls it when its satellite's session ends."""
+        self.sessions.forget(self.sessions.resolve(session_id))
+
     def shutdown(self) -> None:
         """Close every connection and stop every thread of this agent; turns in flight end."""
         self._closed = True

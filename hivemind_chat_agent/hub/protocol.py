@@ -280,9 +280,15 @@ class ChatAgentProtocol(AgentProtocol):
 
     def _forget_sessions(self, session_ids) -> None:
         """These satellite sessions are gone: their engine Sessions and speech subscriptions."""
+        forget = getattr(self.engine, "forget_session", None)   # a relay's upstream state
         for session_id in session_ids:
             SessionManager.sessions.pop(session_id, None)
             self._stop_asides(session_id)
+            if callable(forget):
+                try:
+                    forget(session_id)
+                except Exception as e:   # an engine's bug must not stop the forgetting
+                    LOG.warning(f"engine could not forget a session: {type(e).__name__}")
 
     def deliver(self, turn: _HubTurn, reply: Message) -> None:
         """Hand a reply to the IO loop (the only thread that may write to a socket)."""
