@@ -213,6 +213,8 @@ class OVOSHub:
             # ovos-padatious 2.x compiles its intents after "ready" (debounced, in the
             # background): until then "hello world" falls through to the unknown fallback
             self._wait("core", self._answers("hello world", "ovos-skill-hello-world"), 300)
+            # and every intent the tests use (parrot's came later than hello-world's under load)
+            self._wait("core", self._answers("start parrot", "ovos-skill-parrot"), 300)
         self._spawn("hivemind", [self._bin("hivemind-core"), "listen"])
         self._wait("hivemind", self._listening(self.port), 60)
         return self
