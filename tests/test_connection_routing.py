@@ -72,3 +72,12 @@ def test_a_shared_connection_takes_every_session_it_carried_and_no_other(conn):
     speak(conn, "for a, untagged", "a", None)
     speak(conn, "never carried", "c", None)
     assert heard(a) == ["for a", "for a, untagged"] and heard(b) == ["for b"]
+
+
+def test_an_untagged_namespaced_reply_is_ours_only_under_our_own_prefix(conn):
+    handle = open_turn(conn, "mine", "t1")
+    speak(conn, "someone's", "fedcba9876543210:mine", None)    # prefix not seen yet: no
+    speak(conn, "tagged", "0123456789abcdef:mine", "t1")        # our turn shows our prefix
+    speak(conn, "untagged, ours", "0123456789abcdef:mine", None)
+    speak(conn, "untagged, another prefix", "fedcba9876543210:mine", None)
+    assert heard(handle) == ["tagged", "untagged, ours"]

@@ -218,3 +218,27 @@ def test_a_hub_that_spoke_noise_and_now_offers_a_password_is_refused_unsent(tmp_
     with pytest.raises(HubKeyChangedError, match="downgrading"):
         choose(HELLO_5, OFFER_4, inputs(tmp_path))
     assert "password" not in repr(inputs(tmp_path)) and PASSWORD not in repr(inputs(tmp_path))
+
+
+def test_a_key_directory_or_key_others_can_touch_is_refused(tmp_path):
+    from hivemind_chat_agent.errors import ConfigurationError
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    with pytest.raises(ConfigurationError, match="writable by other users"):
+        NoiseKeyring(str(shared), "key-1").ensure()
+    ring = NoiseKeyring(str(tmp_path / "private"), "key-1")
+    os.chmod(ring.ensure(), 0o644)
+    with pytest.raises(ConfigurationError, match="readable by other users"):
+        ring.ensure()
+
+
+def test_yes_no_config_keys_read_strings_as_people_mean_them():
+    from hivemind_chat_agent.client.config import ClientConfig
+    from hivemind_chat_agent.errors import ConfigurationError
+    base = {"host": "127.0.0.1", "key": "k", "password": "p"}
+    assert ClientConfig.from_dict({**base, "share_connections": "false"}).share_connections \
+        is False
+    assert ClientConfig.from_dict({**base, "plays_audio": "yes"}).plays_audio is True
+    with pytest.raises(ConfigurationError, match="plays_audio"):
+        ClientConfig.from_dict({**base, "plays_audio": "maybe"})

@@ -106,19 +106,33 @@ class ClientConfig:
             raise ConfigurationError('default_session_id cannot be "default": a hub drops '
                                      "non-admin clients that use it")
         return cls(host=host, port=port, key=key, password=str(config["password"]),
-                   secure=secure, self_signed=bool(config.get("self_signed", True)),
+                   secure=secure, self_signed=_flag(config, "self_signed", True),
                    site_id=config.get("site_id") or None,
                    useragent=str(config.get("useragent") or "hivemind-chat-agent"),
                    timeout=timeout, connect_timeout=connect_timeout,
                    max_connections=max_connections, idle_timeout=idle_timeout,
                    shared_connections=shared,
-                   share_connections=bool(config.get("share_connections", True)),
+                   share_connections=_flag(config, "share_connections", True),
                    default_session_id=default_sid, session_store=store or None,
                    session_store_max=store_max, session_store_ttl=store_ttl,
-                   plays_audio=bool(config.get("plays_audio", False)),
+                   plays_audio=_flag(config, "plays_audio", False),
                    churn_guard=churn_guard, max_frame_bytes=max_frame,
                    max_sessions=max_sessions, session_idle_ttl=idle_ttl,
                    utterance_topic=topic, noise_key_dir=key_dir)
+
+
+_TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0", "")
+
+
+def _flag(config: Dict[str, Any], key: str, default: bool) -> bool:
+    """A yes/no key; "false" from a JSON or env-derived config means false, not a truthy str."""
+    value = config.get(key, default)
+    if isinstance(value, bool) or value is None:
+        return bool(value)
+    text = str(value).strip().lower()
+    if text in _TRUE or text in _FALSE:
+        return text in _TRUE
+    raise ConfigurationError(f"{key} must be true or false, not {value!r}")
 
 
 def default_session_id_for(access_key: str) -> str:

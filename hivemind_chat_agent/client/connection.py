@@ -41,7 +41,7 @@ from hivemind_chat_agent.client.transport import (ENCODINGS, IdentityInMemory, N
                                                   preferred_ciphers)
 from hivemind_chat_agent.core.frames import Opened, Verdict
 from hivemind_chat_agent.core.handshake import ExchangeInputs, KeyExchange, choose
-from hivemind_chat_agent.core.ownership import claim
+from hivemind_chat_agent.core.ownership import claim, namespace_of
 from hivemind_chat_agent.core.protocol_names import AUDIO_OUTPUT_END_TYPE, TURN_TAG_KEY
 from hivemind_chat_agent.core.refusals import (ACL_DENIED, POLICY_DENIED_TYPE, UtteranceTopic,
                                                denial_error, read_denial,
@@ -109,6 +109,7 @@ class HubConnection:
         self.retired = False                # the pool gives it no new turns
         self._carried: "OrderedDict[str, None]" = OrderedDict()   # sessions it has carried
         self._tags: Dict[str, str] = {}     # open turn tag -> its session id
+        self._namespace: Optional[str] = None   # our prefix on a 4.13-4.14 hub, once seen
         self._thread: Optional[threading.Thread] = None
         self.last_used = clock()
         self.leases = 0                     # turns holding this connection (the pool's lock)
@@ -385,7 +386,10 @@ class HubConnection:
         not taken (`absorb` checks the id), and the connection stops being shared."""
         owner, namespaced = claim(reply.session_id, reply.turn_tag, self._tags,
                                   lambda sid: sid == self.session_id or
-                                  (self.many_sessions and sid in self._carried))
+                                  (self.many_sessions and sid in self._carried),
+                                  self._namespace)
+        if namespaced and reply.turn_tag in self._tags:   # a turn of ours showed our prefix
+            self._namespace = namespace_of(reply.session_id)
         if owner is None:
             LOG.debug(f"ignoring {reply.msg_type} for another session")
             return None

@@ -7,12 +7,15 @@ identity (`$XDG_CONFIG_HOME/hivemind/`), one file per access key, named by a dig
 (never the key itself), readable by its owner only. The hubs' keys are pinned beside it, by
 address, on first use.
 """
+import fcntl
 import hashlib
 import json
 import os
 import tempfile
 import threading
 from typing import Dict, Optional
+
+from hivemind_chat_agent.errors import ConfigurationError
 
 _CREATE_LOCK = threading.Lock()
 
@@ -34,6 +37,7 @@ class NoiseKeyring:
         """The static key's path, the key created first if it does not exist yet: once, even
         when many connections (or processes) of one access key connect at the same moment, or
         parallel first handshakes would present different keys and all but one be refused."""
+        self._check_private()
         if os.path.isfile(self.path):
             return self.path
         with _CREATE_LOCK:
@@ -59,16 +63,31 @@ class NoiseKeyring:
         return self._pins().get(address)
 
     def pin(self, address: str, pubkey: str) -> None:
-        with self._lock:
+        os.makedirs(self.directory, mode=0o700, exist_ok=True)
+        with self._lock, open(self.pins_path + ".lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)    # other processes pinning the same file
             pins = self._pins()
             if pins.get(address) == pubkey:
                 return
             pins[address] = pubkey
-            os.makedirs(self.directory, mode=0o700, exist_ok=True)
             fd, scratch = tempfile.mkstemp(dir=self.directory, suffix=".new")
             with os.fdopen(fd, "w") as f:
                 json.dump(pins, f, indent=1, sort_keys=True)
             os.replace(scratch, self.pins_path)
+
+    def _check_private(self) -> None:
+        """Refuse a key directory or key file that other users can write or read: whoever can
+        replace the key can speak for this client, whoever can read it can impersonate it."""
+        for path, forbidden, what in ((self.directory, 0o022, "writable"),
+                                      (self.path, 0o077, "readable")):
+            try:
+                mode = os.stat(path).st_mode
+            except FileNotFoundError:
+                continue
+            if mode & forbidden:
+                raise ConfigurationError(
+                    f"{path} is {what} by other users; the Noise key must be private to this "
+                    f"user (chmod go-rwx), or set noise_key_dir to a private directory")
 
     def _pins(self) -> Dict[str, str]:
         try:

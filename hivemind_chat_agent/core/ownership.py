@@ -12,10 +12,12 @@ NAMESPACED = re.compile(r"[0-9a-f]{16}:(.+)")   # hivemind-core's per-client ses
 
 
 def claim(session_id: str, tag: Optional[str], open_tags: Mapping[str, str],
-          carries: Callable[[str], bool]) -> Tuple[Optional[str], bool]:
+          carries: Callable[[str], bool], namespace: Optional[str] = None
+          ) -> Tuple[Optional[str], bool]:
     """(the id of our session the reply belongs to, or None; whether it came namespaced).
     `open_tags` maps the tags of turns in flight to their sessions; `carries(id)` says whether
-    this connection carries that session."""
+    this connection carries that session; `namespace` is our own prefix once a reply to one of
+    our turns showed it (`namespace_of`): only then is an untagged namespaced reply ours."""
     owner = open_tags.get(tag) if tag is not None else None
     match = NAMESPACED.fullmatch(session_id)
     unwrapped = match.group(1) if match else None
@@ -25,6 +27,10 @@ def claim(session_id: str, tag: Optional[str], open_tags: Mapping[str, str],
         return (owner, True) if unwrapped == owner else (None, False)
     if carries(session_id):
         return session_id, False
-    if unwrapped is not None and carries(unwrapped):
+    if unwrapped is not None and carries(unwrapped) and namespace_of(session_id) == namespace:
         return unwrapped, True
     return None, False
+
+
+def namespace_of(session_id: str) -> Optional[str]:
+    return session_id.split(":", 1)[0] if NAMESPACED.fullmatch(session_id) else None
