@@ -95,9 +95,10 @@ def test_a_follow_up_question_and_its_answer_each_end_at_once(ovos_creds, make_a
         assert "time" in question.lower(), question
         answer, took_a = timed(agent, "in five hours", "alarm")   # fires long after the tests
         assert "alarm is set for" in answer.lower() and "five hours" in answer, answer
-        # ovos-core 3.7's alerts takes 2-5 s over its first question (it loads its parsers);
-        # what matters is that no turn waits for a timeout (15 s audio wait, 30 s ours)
-        assert took_q < (3.0 if round_ else 8.0) and took_a < 3.0, (took_q, took_a)
+        # ovos-core 3.7's alerts spends 2-13 s over its first question (it loads its parsers;
+        # 13 s in one loaded CI run): the first round only must not hit our 30 s timeout, the
+        # second, warm one must end at once (a missing audio end alone would cost 15 s)
+        assert took_q < (3.0 if round_ else 25.0) and took_a < 3.0, (took_q, took_a)
     assert warnings_of_ours == []
 
 
