@@ -319,10 +319,11 @@ class HubConnection:
                 self._book.absorb(reply.session_id, reply.session,
                                   response_mode_only=routing.absorb is Absorb.RESPONSE_MODE)
             if routing.turn is not None:
-                self._handles[routing.turn.session_id].heard = True
+                handle = self._handles[routing.turn.session_id]
+                handle.heard = True
                 if reply.turn_tag is None:
                     self.untagged = True
-                self._handles[routing.turn.session_id].push(routing.events)
+                handle.push(routing.events)
         if routing.ignored:
             LOG.debug(f"ignoring reply: {routing.ignored}")
         if reply.kind is ReplyKind.SPEAK and not self.config.plays_audio:

@@ -60,20 +60,7 @@ class ConnectionPool:
         if self._sharing is None:
             with self._first:
                 if self._sharing is None:
-                    conn = self._open(session)
-                    with self._lock:
-                        if self._closed:       # shut down while it connected
-                            conn.close()
-                            self._check_open()
-                        self._sharing = conn.many_sessions
-                        if self._sharing:
-                            self._shared.append(conn)
-                            self._stick(session.session_id, conn)
-                        else:
-                            self._conns[session.session_id] = conn
-                        conn.leases += 1
-                        self._start_reaper()
-                    return conn
+                    return self._open(session, self._place_first)
         if self._sharing:
             conn = self._acquire_shared(session)
             if conn is not None:
@@ -107,18 +94,23 @@ class ConnectionPool:
                     if len(self._shared) >= self.config.shared_connections or \
                             any(c.leases < TURNS_PER_SHARED for c in self._shared):
                         continue             # another thread opened one meanwhile
-                conn = self._open(session)
-                with self._lock:
-                    if self._closed:
-                        conn.close()
-                        self._check_open()
-                    self._shared.append(conn)
-                    self._stick(sid, conn)
-                    conn.leases += 1
-                    self._start_reaper()
-                return conn
+                return self._open(session, self._place_shared)
         self._close_later(stale)
         return None
+
+    def _place_first(self, conn: HubConnection, sid: str) -> List[HubConnection]:
+        """The first connection's handshake tells whether this hub lets sessions share."""
+        self._sharing = conn.many_sessions
+        return (self._place_shared if self._sharing else self._place_own)(conn, sid)
+
+    def _place_shared(self, conn: HubConnection, sid: str) -> List[HubConnection]:
+        self._shared.append(conn)
+        self._stick(sid, conn)
+        return []
+
+    def _place_own(self, conn: HubConnection, sid: str) -> List[HubConnection]:
+        self._conns[sid] = conn
+        return self._evict_over_bound(keep=sid)
 
     def _drop_unusable(self) -> List[HubConnection]:
         """Take dead and retired connections out of the shared set (caller holds the lock); a
@@ -145,7 +137,11 @@ class ConnectionPool:
             background.start(threading.Thread(target=self._close, args=(idle,), daemon=True,
                                               name="hivemind-chat-retire"))
 
-    def _open(self, session: Session) -> HubConnection:
+    def _open(self, session: Session,
+              place: Callable[[HubConnection, str], List[HubConnection]]) -> HubConnection:
+        """Connect (apart from this agent's turns in flight), then file the connection with
+        `place` and lease it, under the lock, unless the pool was shut down meanwhile; `place`
+        returns connections to close."""
         with self.gate.change():
             conn = self._factory(self.config, session)
             with self._lock:
@@ -156,6 +152,14 @@ class ConnectionPool:
             finally:
                 with self._lock:
                     self._connecting.discard(conn)
+        with self._lock:
+            if self._closed:
+                conn.close()
+                self._check_open()
+            evicted = place(conn, session.session_id)
+            conn.leases += 1
+            self._start_reaper()
+        self._close(evicted)
         return conn
 
     def _acquire_own(self, session: Session) -> HubConnection:
@@ -171,17 +175,7 @@ class ConnectionPool:
                 del self._conns[sid]
         if conn is not None:
             self._close([conn])
-        conn = self._open(session)
-        with self._lock:
-            if self._closed:
-                conn.close()
-                self._check_open()
-            self._conns[sid] = conn
-            conn.leases += 1
-            evicted = self._evict_over_bound(keep=sid)
-            self._start_reaper()
-        self._close(evicted)
-        return conn
+        return self._open(session, self._place_own)
 
     def release(self, conn: HubConnection) -> None:
         """The caller's turn is over; the connection may be evicted or reaped again."""
