@@ -201,6 +201,18 @@ class HubProcess:
                 return next(c for c in cells if c.isdigit())
         raise KeyError("no client with that access key on this hub")
 
+    def logs(self) -> str:
+        """Everything the hub logged so far: its output, and what `listen` writes into its
+        XDG state dir."""
+        text = ""
+        for path in (self.log_path, os.path.join(self.home, "state", "mycroft", "hivemind.log")):
+            try:
+                with open(path, errors="replace") as f:
+                    text += f.read()
+            except OSError:
+                pass
+        return text
+
     @staticmethod
     def _drain(stream, log):
         try:
