@@ -55,6 +55,9 @@ from hivemind_chat_agent.errors import (AccessKeyRejectedError, ConnectionLostEr
                                         HubUnreachableError, ReplyTooLargeError)
 
 
+AUDIO_END_ECHO = 0.5   # seconds; see HubConnection._echo_audio_end_later
+
+
 class TurnHandle:
     """What a caller waits on: the turn's state machine plus a queue of its events."""
 
@@ -110,6 +113,7 @@ class HubConnection:
         self._carried: "OrderedDict[str, None]" = OrderedDict()   # sessions it has carried
         self._tags: Dict[str, str] = {}     # open turn tag -> its session id
         self._namespace: Optional[str] = None   # our prefix on a 4.13-4.14 hub, once seen
+        self._echoes: Dict[str, Optional[str]] = {}   # session -> tag, audio ends to repeat
         self._thread: Optional[threading.Thread] = None
         self.last_used = clock()
         self.leases = 0                     # turns holding this connection (the pool's lock)
@@ -330,6 +334,7 @@ class HubConnection:
             if routing.events:
                 time.sleep(0)   # let the woken caller take the sentence before we encrypt
             self.report_audio_end(reply.turn_tag, reply.session_id)
+            self._echo_audio_end_later(reply.turn_tag, reply.session_id)
         if routing.aside is not None:
             self._on_aside(reply.session_id, routing.aside)
 
@@ -417,6 +422,27 @@ class HubConnection:
                 AUDIO_OUTPUT_END_TYPE, {}, context)))
         except HiveMindChatError as e:
             LOG.debug(f"could not report audio end: {e}")
+
+    def _echo_audio_end_later(self, tag: Optional[str], session_id: str) -> None:
+        """Report the audio end once more, AUDIO_END_ECHO later (once per session, however
+        many sentences came meanwhile). Reported at once, it can reach ovos-core before the
+        skill's `wait_while_speaking` listens for it (ovos-bus-client 2.x checks the session's
+        speaking flag, then subscribes; a named session's flag is not the one our report
+        clears): the skill then waits out its 15 s timeout. Measured on ovos-core 3.7 behind
+        hivemind-core 5.3.10a1, now and then, in tests/test_real_ovos.py."""
+        with self._lock:
+            fresh = not self._echoes
+            self._echoes[session_id] = tag
+        if fresh:
+            timer = threading.Timer(AUDIO_END_ECHO, self._echo_audio_ends)
+            timer.daemon = True
+            background.start(timer)
+
+    def _echo_audio_ends(self) -> None:
+        with self._lock:
+            echoes, self._echoes = self._echoes, {}
+        for session_id, tag in echoes.items():
+            self.report_audio_end(tag, session_id)
 
     def _on_socket_error(self, error: Any):
         if isinstance(error, WebSocketConnectionClosedException) and self._opened:
