@@ -1,10 +1,16 @@
 """Chat engines for the hub-side tests, loaded by hivemind-core as "engines:ScriptEngine".
 
-Commands (first word): hello | count N | slow N SECONDS | wait SECONDS | raise | hang SECONDS |
-empty | remember WORDS | recall | whoami | lang | units | note WORDS | notes; anything else is
-echoed. "note"/"notes" keep their words in the turn's OVOS Session (intent context), as skills
-keep their state, instead of in the engine.
+Commands (first word): hello | count N | slow N SECONDS | talk N SECONDS | stops | wait SECONDS |
+raise | hang SECONDS | empty | remember WORDS | recall | whoami | lang | units | note WORDS |
+notes; anything else is echoed. "note"/"notes" keep their words in the turn's OVOS Session
+(intent context), as skills keep their state, instead of in the engine.
+
+"talk" is a long answer that a satellite's stop ends: the engine notes (kind, time.monotonic())
+when its generator is closed ("closed"), when `stop_session` is called ("stop_session") and when
+the answer returned because of it ("returned"), and
+"stops" answers that list as JSON (CLOCK_MONOTONIC is one clock for every process here).
 """
+import json
 import threading
 import time
 
@@ -16,6 +22,15 @@ class ScriptEngine(ChatEngine):
         super().__init__(config)
         self.memory = {}
         self.lock = threading.Lock()
+        self.stops = []                 # (kind, monotonic time) of every stop seen
+        self.talking = {}               # session -> Event set by stop_session
+
+    def stop_session(self, session_id):
+        with self.lock:
+            self.stops.append(("stop_session", time.monotonic()))
+            talking = self.talking.get(session_id)
+        if talking is not None:
+            talking.set()
 
     def continue_chat(self, messages, session_id="default", lang=None, units=None, tools=None):
         return AgentMessage(MessageRole.ASSISTANT,
@@ -34,6 +49,28 @@ class ScriptEngine(ChatEngine):
             for i in range(int(args[0])):
                 time.sleep(float(args[1]))
                 yield f"slow sentence {i + 1}"
+        elif cmd == "talk":
+            stop = threading.Event()
+            with self.lock:
+                self.talking[session_id] = stop
+            try:
+                for i in range(int(args[0])):
+                    if stop.wait(float(args[1])):
+                        with self.lock:
+                            self.stops.append(("returned", time.monotonic()))
+                        return
+                    yield f"talk sentence {i + 1}"
+            except GeneratorExit:
+                with self.lock:
+                    self.stops.append(("closed", time.monotonic()))
+                raise
+            finally:
+                with self.lock:
+                    if self.talking.get(session_id) is stop:
+                        del self.talking[session_id]
+        elif cmd == "stops":
+            with self.lock:
+                yield json.dumps(self.stops)
         elif cmd == "wait":
             time.sleep(float(args[0]))
             yield "done waiting"

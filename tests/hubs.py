@@ -31,9 +31,11 @@ HUB_CLI = os.path.join(os.path.dirname(sys.executable), "hivemind-core")
 GENERATIONS = ("4.0", "5")
 CURRENT_TOPIC, LEGACY_TOPIC = "ovos.utterance.handle", "recognizer_loop:utterance"
 AUDIO_OUTPUT_END = "recognizer_loop:audio_output_end"
-# what our client (and a stock satellite) sends: either utterance topic, and the end of each
-# spoken sentence (skills that speak with wait=True wait for it)
-CLIENT_TOPICS = (LEGACY_TOPIC, CURRENT_TOPIC, AUDIO_OUTPUT_END)
+STOP = "mycroft.stop"
+# what our client (and a stock satellite) sends: either utterance topic, the end of each
+# spoken sentence (skills that speak with wait=True wait for it), and the stop of an answer
+# (barge-in: ChatTurn.terminate)
+CLIENT_TOPICS = (LEGACY_TOPIC, CURRENT_TOPIC, AUDIO_OUTPUT_END, STOP)
 # what hivemind-core 4.0.0 allows a new client by default (hivemind-plugin-manager 0.5.0's
 # Client); recognizer_loop:utterance cannot be taken away there, and a denied type is dropped
 # without an answer
@@ -47,7 +49,8 @@ def register_client(cli, env, generation, name=None, key=None, password=None, al
                     admin=False):
     """`hivemind-core add-client` (and `allow-msg`) as an operator runs them on `generation`.
 
-    allow=None: the client may send CLIENT_TOPICS (5.x), the hub's defaults (4.0). A list: on
+    allow=None: the client may send CLIENT_TOPICS (5.x), the hub's defaults and mycroft.stop
+    (4.0). A list: on
     5.x exactly those ([] = nothing at all); on 4.0 its defaults plus those.
     Returns (HubCredentials without host/port, node id)."""
     name = name or f"test-{secrets.token_hex(3)}"
@@ -70,6 +73,8 @@ def register_client(cli, env, generation, name=None, key=None, password=None, al
     node_id = found.group(1) if found else None
     if generation == "4.0":
         extra = [t for t in (allow or ()) if t not in V4_DEFAULT_TOPICS]
+        if allow is None:
+            extra = [STOP]
         if extra:
             allow_msg(cli, env, generation, node_id, *extra)
     return name, key, password, node_id
@@ -86,6 +91,14 @@ def allow_msg(cli, env, generation, node_id, *topics):
         if proc.returncode != 0 or "Invalid Node ID" in proc.stdout:
             raise RuntimeError(f"hivemind-core allow-msg {' '.join(args)} failed:\n"
                                f"{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+
+
+def plugin_config(engine="engines:ScriptEngine", engine_config=None, **knobs):
+    """server.json's "agent_protocol" for our plugin with `engine` (tests/engines.py's by
+    default) and the plugin's settings."""
+    return {"module": "hivemind-chat-agent-plugin",
+            "hivemind-chat-agent-plugin": {"engine": engine,
+                                           "engine_config": engine_config or {}, **knobs}}
 
 
 def free_port() -> int:

@@ -81,3 +81,35 @@ def test_an_untagged_namespaced_reply_is_ours_only_under_our_own_prefix(conn):
     speak(conn, "untagged, ours", "0123456789abcdef:mine", None)
     speak(conn, "untagged, another prefix", "fedcba9876543210:mine", None)
     assert heard(handle) == ["tagged", "untagged, ours"]
+
+
+def test_the_audio_end_is_repeated_at_doubling_gaps_until_the_turn_ends(monkeypatch):
+    """ovos-core may subscribe to the audio end after our report (a skill's
+    wait_while_speaking checks, then listens): repeats while the turn is open cover a late
+    listener, and stop once the turn is over."""
+    from hivemind_chat_agent.client import connection
+    monkeypatch.setattr(connection, "AUDIO_END_ECHO", 0.05)
+    monkeypatch.setattr(connection, "AUDIO_END_ECHO_MAX", 0.2)
+    c = HubConnection(ClientConfig.from_dict({"host": "127.0.0.1", "key": "k", "password": "p"}),
+                      Session("mine"), SessionBook("d"))
+    reports = []
+    monkeypatch.setattr(c, "report_audio_end",
+                        lambda tag=None, session_id=None: reports.append(time.monotonic()))
+    try:
+        handle = open_turn(c, "mine", "t1")
+        start = time.monotonic()
+        speak(c, "still thinking", "mine", "t1")
+        time.sleep(0.75)          # reports at 0, .05, .15, .35, .55, .75 (gaps capped at .2)
+        assert heard(handle) == ["still thinking"]
+        gaps = [round(b - a, 2) for a, b in zip(reports, reports[1:])]
+        assert len(reports) >= 5 and reports[0] - start < 0.02, gaps
+        assert gaps[0] < 0.1 and all(g <= 0.3 for g in gaps), gaps
+        with c._lock:
+            c._handles.clear()        # the turn is over: the next repeat is the last
+        time.sleep(0.5)
+        count = len(reports)
+        time.sleep(0.5)
+        assert len(reports) == count
+    finally:
+        c._closed = True
+        c._transport.release()

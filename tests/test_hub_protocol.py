@@ -23,7 +23,7 @@ from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
 from ovos_bus_client.message import Message
 from ovos_bus_client.session import Session
 
-from hubs import GENERATIONS, HubProcess
+from hubs import GENERATIONS, HubProcess, plugin_config
 from hivemind_chat_agent import (ChatAgentProtocol, HiveMindChatAgent, HubBusyError,
                                  HubEngineError)
 from hivemind_chat_agent.errors import ConfigurationError
@@ -55,12 +55,6 @@ def session_on(hub, key, declared):
     """The engine session id `hub` gives a satellite's declared session (its secret is on disk)."""
     import os
     return engine_session_id(hub_secret(os.path.join(hub.home, "data")), key, declared)
-
-
-def plugin_config(engine="engines:ScriptEngine", engine_config=None, **knobs):
-    return {"module": "hivemind-chat-agent-plugin",
-            "hivemind-chat-agent-plugin": {"engine": engine,
-                                           "engine_config": engine_config or {}, **knobs}}
 
 
 @pytest.fixture(scope="module")

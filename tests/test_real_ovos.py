@@ -232,3 +232,49 @@ def test_a_cli_conversation_continues_across_one_shot_runs(ovos_creds, tmp_path)
     again = cli(ovos_creds, "--session", "parrot-cli-2", "purple elephants dance",
                 "--no-store", state=state)
     assert sentences(again) != ["purple elephants dance"]
+
+
+def test_turn_handles_report_answered_and_asked(ovos_creds, make_agent):
+    """What a voice loop acts on: a question reopens the microphone (asked), an answer not."""
+    from hivemind_chat_agent import TurnStatus
+    agent = make_agent(ovos_creds.agent_config(timeout=30))
+    hello = agent.begin([{"role": "user", "content": "hello world"}], session_id="t-status")
+    assert hello.full_response(timeout=30) == "Hello world"
+    assert hello.status is TurnStatus.ANSWERED and not hello.expect_response
+    question = agent.begin([{"role": "user", "content": "set an alarm"}],
+                           session_id="t-status")
+    assert "time" in question.full_response(timeout=30).lower()
+    assert question.status is TurnStatus.ASKED and question.expect_response
+    assert question.get_snapshot()["expect_response"] is True
+    cancel = agent.begin([{"role": "user", "content": "cancel"}], session_id="t-status")
+    cancel.full_response(timeout=30)
+    assert cancel.status.is_final and not cancel.expect_response
+
+
+def test_barge_in_stops_a_genuine_skill_mid_answer(ovos_creds, make_agent):
+    """ovos-skill-count speaks one number a second and stops per session on `mycroft.stop`,
+    answering `<skill>.stop.response` with our turn's tag: the hub's answering side stopped."""
+    from hivemind_chat_agent import TurnStatus
+    agent = make_agent(ovos_creds.agent_config(timeout=30))
+    heard = []
+    sub = agent.subscribe("t-barge", callback=heard.append)
+    deadline = time.monotonic() + 40       # padatious may still be training the count intent
+    while True:
+        turn = agent.begin([{"role": "user", "content": "count to 30"}], session_id="t-barge")
+        first = next(iter(turn), "")
+        if first.lower() in ("one", "1") or time.monotonic() > deadline:
+            break
+        turn.full_response(timeout=30)
+        time.sleep(2)
+    assert first.lower() in ("one", "1"), first
+    start = time.monotonic()
+    turn.terminate()
+    assert turn.status is TurnStatus.CANCELLED and time.monotonic() - start < 1.0
+    while turn.get_snapshot()["hub_stopped_at"] is None and time.monotonic() - start < 5:
+        time.sleep(0.05)
+    assert turn.get_snapshot()["hub_stopped_at"] is not None, turn.get_snapshot()
+    answer, took = timed(agent, "hello world", "t-barge")
+    assert answer == "Hello world" and took < 3.0
+    time.sleep(2.5)               # counting would have gone on, a number a second
+    assert heard == [], heard
+    sub.close()

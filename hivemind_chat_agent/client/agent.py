@@ -1,26 +1,23 @@
 """`HiveMindChatAgent`: the ovos-plugin-manager ChatEngine shell around sessions, pool and turns."""
-import queue
+import asyncio
 import threading
-import time
-import uuid
 import weakref
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional
+from typing import Any, AsyncIterator, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from ovos_plugin_manager.templates.agents import AgentMessage, ChatEngine, MessageRole
-from ovos_utils.log import LOG
 
 from hivemind_chat_agent.client.config import ClientConfig
-from hivemind_chat_agent.client.connection import HubConnection, TurnHandle
+from hivemind_chat_agent.background import off_loop
+from hivemind_chat_agent.client.chat_turn import ChatTurn
+from hivemind_chat_agent.client.connection import HubConnection
+from hivemind_chat_agent.client.turn_driver import TurnDriver, start_driver
 from hivemind_chat_agent.client.transport import preferred_ciphers
 from hivemind_chat_agent.core.refusals import UtteranceTopic
-from hivemind_chat_agent.errors import (AgentClosedError, ConnectionLostError,
-                                        HiveMindChatError, HubBusyError, HubEngineError,
-                                        ReplyTooLargeError, TurnTimeoutError)
+from hivemind_chat_agent.errors import AgentClosedError, HiveMindChatError
 from hivemind_chat_agent.client.pool import ConnectionPool
 from hivemind_chat_agent.client.session_store import SessionStore
 from hivemind_chat_agent.core.sessions import SessionBook
 from hivemind_chat_agent.client.subscriptions import Subscribers, Subscription
-from hivemind_chat_agent.core.turns import Ended, Sentence, TurnState
 
 
 class _SessionLock:
@@ -55,6 +52,7 @@ class HiveMindChatAgent(ChatEngine):
         self._locks: "weakref.WeakValueDictionary[str, _SessionLock]" = \
             weakref.WeakValueDictionary()
         self._locks_guard = threading.Lock()
+        self._running: Dict[str, ChatTurn] = {}   # session -> its turn in progress
         self._closed = False
         preferred_ciphers()   # first connection should not pay for reading the CPU flags
 
@@ -62,21 +60,77 @@ class HiveMindChatAgent(ChatEngine):
     def continue_chat(self, messages: List[AgentMessage], session_id: str = "default",
                       lang: Optional[str] = None, units: Optional[str] = None,
                       tools: Any = None) -> AgentMessage:
-        sentences = list(self._turn(messages, session_id, lang, units))
-        return AgentMessage(role=MessageRole.ASSISTANT, content="\n".join(sentences))
+        turn = self.begin(messages, session_id, lang, units)
+        return AgentMessage(role=MessageRole.ASSISTANT, content=turn.full_response())
 
     def stream_sentences(self, messages: List[AgentMessage], session_id: str = "default",
                          lang: Optional[str] = None,
-                         units: Optional[str] = None) -> Iterable[str]:
-        """Yields each sentence the moment its `speak` arrives (a blocking queue, no polling).
-
-        The session is locked while the generator is open: read it to the end or `close()` it
-        (dropping the last reference does that too) before the next turn of that session."""
-        return self._turn(messages, session_id, lang, units)
+                         units: Optional[str] = None) -> Iterator[str]:
+        """Yields each sentence the moment its `speak` arrives (no polling). The utterance is
+        sent at the first `next()`; closing the generator before the end (or dropping it)
+        stops the hub's answer, as `ChatTurn.terminate()` does."""
+        turn = self.begin(messages, session_id, lang, units)
+        try:
+            yield from turn
+        finally:
+            turn.terminate()
 
     def stream_tokens(self, messages: List[AgentMessage], session_id: str = "default",
                       lang: Optional[str] = None, units: Optional[str] = None) -> Iterable[str]:
         return self.stream_sentences(messages, session_id, lang, units)
+
+    # ---- turn handles ----
+    def begin(self, messages: List[AgentMessage], session_id: str = "default",
+              lang: Optional[str] = None, units: Optional[str] = None,
+              callback: Optional[Callable[[str], Any]] = None) -> ChatTurn:
+        """Send the latest user utterance and return its `ChatTurn` at once: iterate it, give
+        it a callback, watch its status, or terminate it (barge-in). Waits only for an earlier
+        turn of the same session to end, and for the connection (typed errors raise here)."""
+        turn, driver = self._send(messages, session_id, lang, units)
+        if callback is not None:
+            turn.set_callback_func(callback)
+        start_driver(driver)
+        return turn
+
+    async def abegin(self, messages: List[AgentMessage], session_id: str = "default",
+                     lang: Optional[str] = None, units: Optional[str] = None,
+                     callback: Optional[Callable[[str], Any]] = None) -> ChatTurn:
+        """`begin()` for asyncio: the sending (and any wait for the session or the connection)
+        happens on a thread of the turn's, never on the event loop."""
+        def send_then_drive(settle):
+            try:
+                turn, driver = self._send(messages, session_id, lang, units)
+            except BaseException as e:
+                settle(None, e)
+                return
+            turn._attach(driver.terminate, threading.current_thread())
+            settle(turn, None)
+            driver.run()
+        turn = await off_loop(send_then_drive, abandon=ChatTurn.terminate)
+        if callback is not None:
+            turn.set_callback_func(callback)
+        return turn
+
+    async def acontinue_chat(self, messages: List[AgentMessage], session_id: str = "default",
+                             lang: Optional[str] = None, units: Optional[str] = None,
+                             tools: Any = None) -> AgentMessage:
+        turn = await self.abegin(messages, session_id, lang, units)
+        try:
+            content = await turn.afull_response()
+        except asyncio.CancelledError:
+            turn.terminate()
+            raise
+        return AgentMessage(role=MessageRole.ASSISTANT, content=content)
+
+    async def astream_sentences(self, messages: List[AgentMessage], session_id: str = "default",
+                                lang: Optional[str] = None,
+                                units: Optional[str] = None) -> AsyncIterator[str]:
+        turn = await self.abegin(messages, session_id, lang, units)
+        try:
+            async for sentence in turn:
+                yield sentence
+        finally:
+            turn.terminate()
 
     def subscribe(self, session_id: str = "default",
                   callback: Optional[Callable[[str], None]] = None) -> Subscription:
@@ -111,6 +165,17 @@ class HiveMindChatAgent(ChatEngine):
         if conn is not None:
             conn.report_audio_end(session_id=sid)
 
+    def stop_session(self, session_id: str = "default") -> bool:
+        """Stop this session's turn in progress, as `ChatTurn.terminate()` does (barge-in). A
+        hub relaying through this agent calls it when its satellite stops an answer. True if
+        a turn was running."""
+        with self._locks_guard:
+            turn = self._running.get(self.sessions.resolve(session_id))
+        if turn is None:
+            return False
+        turn.terminate()
+        return True
+
     def forget_session(self, session_id: str) -> None:
         """Drop this conversation's state here (into the store, when one is configured), so
         its next turn starts from what the caller declares. A hub relaying through this agent
@@ -130,88 +195,30 @@ class HiveMindChatAgent(ChatEngine):
         self.shutdown()
 
     # ---- one turn ----
-    def _turn(self, messages, session_id, lang, units) -> Iterator[str]:
+    def _send(self, messages, session_id, lang, units) -> Tuple[ChatTurn, TurnDriver]:
         utterance = latest_user_utterance(messages)
         sid = self.sessions.resolve(session_id)
         slock = self._session_lock(sid)
-        with slock.lock:   # two turns of one session never interleave on the wire
+        slock.lock.acquire()   # two turns of one session never interleave on the wire
+        driver = TurnDriver(self, sid, slock)
+        try:
             if self._closed:
                 raise AgentClosedError("this agent was shut down; create a new one to chat again")
             session = self.sessions.for_turn(sid, lang, units)
-            conn = self.pool.acquire(session)      # leased: eviction leaves it alone
-            clean = lost = False
-            try:
-                with self.pool.gate.turn():
-                    handle = conn.start_turn(session, utterance, uuid.uuid4().hex,
-                                             self.settings.timeout)
-                    try:
-                        for event in self._events(conn, handle):
-                            if isinstance(event, Sentence):
-                                yield event.text
-                            else:
-                                # a refused turn leaves the stream intact: keep it
-                                lost = event.state is TurnState.LOST and event.kind != "refused"
-                                clean = self._outcome(event, handle)
-                    finally:
-                        if not handle.turn.state.is_final:
-                            conn.abort(handle, "the caller stopped reading the answer")
-                        conn.finish_turn(handle)
-            finally:
-                self.pool.release(conn)
-                self.sessions.save(sid)
-                self.sessions.trim(keep=self._in_use(sid))
-                # Late replies of an unfinished turn carry its tag and cannot reach the next
-                # one, so the connection is kept (reconnecting is what disturbs a hub), unless
-                # it is gone or the hub strips our tags.
-                if lost or (not clean and conn.untagged):
-                    self.pool.discard(sid)
+        except BaseException:
+            slock.lock.release()
+            raise
+        turn = driver.turn = ChatTurn(sid, utterance, lang or session.lang)
+        driver.send(session, utterance)    # gives everything back if it raises
+        with self._locks_guard:
+            self._running[sid] = turn
+        driver.on_release = lambda: self._turn_ended(sid, turn)
+        return turn, driver
 
-    @staticmethod
-    def _events(conn: HubConnection, handle: TurnHandle):
-        while True:
-            remaining = handle.turn.deadline - time.monotonic()
-            try:
-                event = handle.events.get(timeout=max(remaining, 0.0))
-            except queue.Empty:
-                conn.expire(handle)   # re-checks the rolling deadline under the lock
-                continue
-            yield event
-            if isinstance(event, Ended):
-                return
-
-    def _outcome(self, event: Ended, handle: TurnHandle) -> bool:
-        """True when the connection is still in step with the hub; raises for failed turns."""
-        state = event.state
-        if state is TurnState.UNMATCHED and event.kind == "busy":
-            raise HubBusyError(f"the hub is busy ({event.reason}); try again in a moment")
-        if state is TurnState.UNMATCHED and event.kind in ("engine_error", "timeout"):
-            raise HubEngineError(f"the hub's chat engine failed on this turn ({event.reason}); "
-                                 "the hub's log has the details")
-        if state.in_step:
-            if state is not TurnState.HANDLED:
-                LOG.debug(f"turn ended: {event.reason}")
-            return True
-        if self._closed:
-            raise AgentClosedError("the agent was shut down during the turn")
-        if state is TurnState.TIMED_OUT:
-            if handle.turn.sentences:
-                LOG.warning(f"hub stopped mid-answer ({event.reason}); returning what arrived")
-                return False
-            raise TurnTimeoutError(
-                f"the hub accepted the utterance but sent no answer within "
-                f"{self.settings.timeout:g} s; raise `timeout` or check that the hub's skills "
-                "or engine are running")
-        if state is TurnState.LOST and handle.error is not None:   # the hub refused it
-            raise handle.error
-        if state is TurnState.LOST and event.kind == "too_large":
-            raise ReplyTooLargeError(event.reason)
-        if state is TurnState.LOST and event.kind == "tampered":
-            raise ConnectionLostError(f"{event.reason}; the answer was not accepted")
-        if state is TurnState.LOST:
-            raise ConnectionLostError(
-                f"{event.reason}; the answer was lost. The next turn reconnects and the "
-                "conversation's session is kept")
-        return False
+    def _turn_ended(self, sid: str, turn: ChatTurn) -> None:
+        with self._locks_guard:
+            if self._running.get(sid) is turn:
+                del self._running[sid]
 
     def _in_use(self, current: str) -> set:
         """Sessions whose state must stay in memory: turns in progress, subscriptions."""

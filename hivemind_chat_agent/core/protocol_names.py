@@ -26,6 +26,14 @@ ANSWER_TAKEN_SUFFIX = ".converse.get_response"
 # get_response, before it listens) block until it arrives for their session.
 AUDIO_OUTPUT_END_TYPE = "recognizer_loop:audio_output_end"
 
+# Barge-in: what OVOS emits to stop what is being said and done, carrying the session whose
+# answer must stop. Every OVOS skill listens for it (a session-aware skill stops only that
+# session's work) and answers "<skill_id>.stop.response"; ovos-core 3.x also knows it as
+# "ovos.stop". HiveMind hubs of both generations let a client send it only once allowed.
+STOP_TYPE = "mycroft.stop"
+STOP_TYPES = frozenset({STOP_TYPE, "ovos.stop"})
+STOP_RESPONSE_SUFFIX = ".stop.response"   # "<skill_id>.stop.response", {"result": stopped}
+
 # Context key carrying a per-turn id. OVOS replies copy the request's context, so replies that
 # come back with it can be matched to their turn exactly; replies without it fall back to
 # matching by session.

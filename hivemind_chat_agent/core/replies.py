@@ -9,7 +9,8 @@ from typing import Any, Mapping, Optional, Tuple
 
 from hivemind_chat_agent.core.protocol_names import (ANSWER_TAKEN_SUFFIX, CANCELLED_TYPES,
                                                 HANDLED_TYPES, QUESTION_OPEN_TYPE, SPEAK_TYPES,
-                                                TURN_TAG_KEY, UNMATCHED_TYPES)
+                                                STOP_RESPONSE_SUFFIX, TURN_TAG_KEY,
+                                                UNMATCHED_TYPES)
 
 MAX_UTTERANCE_CHARS = 100_000   # a longer "sentence" is not speech; drop it
 MAX_SESSION_KEYS = 200          # a serialized Session has ~20; far more means garbage
@@ -22,6 +23,7 @@ class ReplyKind(str, Enum):
     CANCELLED = "cancelled"
     QUESTION_OPEN = "question_open"   # a skill's get_response() starts listening for an answer
     ANSWER_TAKEN = "answer_taken"     # ovos-core gave this utterance to a waiting get_response()
+    STOPPED = "stopped"               # a skill (or engine) stopped at our stop: it says no more
     OTHER = "other"             # any other message of the session: only refreshes its Session
 
 
@@ -85,6 +87,10 @@ def parse_reply(msg_type: Any, data: Any, context: Any) -> Tuple[Optional[Reply]
     elif msg_type.endswith(ANSWER_TAKEN_SUFFIX) and len(msg_type) > len(ANSWER_TAKEN_SUFFIX):
         return Reply(ReplyKind.ANSWER_TAKEN, msg_type, session_id, session, tag,
                      skill_id=msg_type[:-len(ANSWER_TAKEN_SUFFIX)]), ""
+    elif msg_type.endswith(STOP_RESPONSE_SUFFIX) and data.get("result") is True:
+        skill_id = data.get("skill_id")
+        return Reply(ReplyKind.STOPPED, msg_type, session_id, session, tag,
+                     skill_id=skill_id if isinstance(skill_id, str) else ""), ""
     else:
         kind = ReplyKind.OTHER
     return Reply(kind, msg_type, session_id, session, tag), ""

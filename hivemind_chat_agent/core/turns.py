@@ -143,6 +143,7 @@ class _Conversation:
     active: Optional[Turn] = None
     owed: List[str] = field(default_factory=list)
     questions: Dict[str, str] = field(default_factory=dict)
+    stopped: List[str] = field(default_factory=list)   # tags of turns the caller stopped
 
     @property
     def idle(self) -> bool:
@@ -179,10 +180,15 @@ class TurnTable:
         conv.owed.append(turn.tag)
         del conv.owed[:-self.MAX_OWED]
 
-    def close(self, turn: Turn) -> None:
+    def close(self, turn: Turn, stopped: bool = False) -> None:
+        """The turn is over for the caller. `stopped` (barge-in): what the hub still says
+        under its tag is dropped, not spoken between turns."""
         conv = self._convs.get(turn.session_id)
         if conv is not None and conv.active is turn:
             conv.active = None
+            if stopped:
+                conv.stopped.append(turn.tag)
+                del conv.stopped[:-self.MAX_OWED]
             self._forget_if_idle(turn.session_id)
 
     def owed(self, session_id: str) -> List[str]:
@@ -210,13 +216,15 @@ class TurnTable:
                 self._answer_taken(conv, turn, reply.skill_id)
             return Routing(turn, turn.receive(reply, now), absorb=Absorb.ALL)
         aside = reply.utterance if kind is ReplyKind.SPEAK and reply.utterance.strip() else None
+        if aside is not None and conv is not None and tag in conv.stopped:
+            aside = None    # the caller stopped that answer: the rest of it is not wanted
         if earlier:
             return Routing(aside=aside, absorb=Absorb.RESPONSE_MODE)
         if tag is None and conv is None and aside is None:
             return Routing(ignored=f"{reply.msg_type} for session {sid} between turns")
         if aside is not None:   # an alarm, or speech of a turn that gave up long ago
             return Routing(aside=aside)
-        return Routing(ignored=f"{reply.msg_type} of an earlier turn")
+        return Routing(ignored=f"{reply.msg_type} of an earlier or stopped turn")
 
     def _handled(self, sid, conv, turn, paid) -> Routing:
         """Pays the utterance's debt; ends the running turn if it was its own, or the question's

@@ -13,6 +13,7 @@ relaying to another hub does: alarms, reminders, late answers) has that speech f
 the satellite session it belongs to, while the satellite is connected.
 """
 import dataclasses
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -26,81 +27,18 @@ from ovos_plugin_manager.templates.agents import AgentMessage, ChatEngine, Messa
 from ovos_utils.log import LOG
 from ovos_utils.xdg_utils import xdg_data_home
 
-from hivemind_chat_agent import leak_free_codecs
-from hivemind_chat_agent.core.protocol_names import (HANDLED_TYPE, SPEAK_TYPE, UNMATCHED_TYPE,
-                                                UTTERANCE_TYPES)
+from hivemind_chat_agent import background, leak_free_codecs
+from hivemind_chat_agent.core.protocol_names import SPEAK_TYPE, STOP_TYPES, UTTERANCE_TYPES
 from hivemind_chat_agent.core.satellites import SatelliteSessions, engine_session_id, hub_secret
 from hivemind_chat_agent.core.sessions import register
 from hivemind_chat_agent.hub.agent_bus import AgentBus
+from hivemind_chat_agent.hub.hub_turn import HubTurn, OpenTurns
 from hivemind_chat_agent.hub.links import ReplyNotSent, install_links, link_for
 from hivemind_chat_agent.hub.query import stream_answer
 from hivemind_chat_agent.hub.serial_executor import KeyedSerialExecutor, QueueFull
 from hivemind_chat_agent.hub.settings import PLUGIN_NAME, HubSettings, load_engine
 
 __all__ = ["ChatAgentProtocol", "HubSettings", "PLUGIN_NAME", "load_engine"]
-
-
-class _HubTurn:
-    """One satellite utterance on its way through the engine. Thread-safe `finish` guarantees
-    exactly one end (answer, failure or timeout), whoever gets there first."""
-
-    def __init__(self, protocol: "ChatAgentProtocol", message: Message, peer: str, loop,
-                 utterance: str, satellite_session: Dict[str, Any], session_id: str):
-        self.protocol = protocol
-        self.message = message
-        self.peer = peer
-        self.loop = loop
-        self.utterance = utterance
-        self.satellite_session = satellite_session
-        self.session_id = session_id
-        self.lang = satellite_session.get("lang") or "en-US"
-        self.deadline = time.monotonic() + protocol.settings.timeout
-        self._lock = Lock()
-        self.finished = False
-        self.spoke = 0
-        self.job = None   # its place in the executor's queue
-        self.timer = None   # its rolling timeout on the IO loop
-
-    def reply(self, msg_type: str, data: Dict[str, Any]) -> Message:
-        ctx = dict(self.message.context)
-        ctx["source"], ctx["destination"] = ctx.get("destination") or PLUGIN_NAME, self.peer
-        ctx["session"] = self.protocol.session_for_reply(self)
-        return Message(msg_type, data, ctx)
-
-    def speak(self, sentence: str) -> bool:
-        # queued under the lock: a timeout's `handled` can never overtake this sentence
-        with self._lock:
-            if self.finished:
-                return False
-            self.spoke += 1
-            self.deadline = time.monotonic() + self.protocol.settings.timeout
-            self.protocol.deliver(self, self.reply(SPEAK_TYPE, {
-                "utterance": sentence, "expect_response": False, "lang": self.lang,
-                "meta": {"skill": PLUGIN_NAME}}))
-        return True
-
-    def _unwatch(self) -> None:
-        """IO loop: drop the rolling-timeout timer of a finished turn."""
-        if self.timer is not None:
-            self.loop.remove_timeout(self.timer)
-            self.timer = None
-
-    def finish(self, failed: bool, why: str = "", reason: str = "") -> bool:
-        """End the turn once. A failure carries `reason` ("busy", "engine_error", "timeout",
-        "no_text" or "not_understood") and `why` in its data, so the satellite can tell "busy"
-        or "broken" from "nothing understood"."""
-        with self._lock:
-            if self.finished:
-                return False
-            self.finished = True
-            if failed:
-                self.protocol.deliver(self, self.reply(UNMATCHED_TYPE, {
-                    "reason": reason or "not_understood", "message": why}))
-            self.protocol.deliver(self, self.reply(HANDLED_TYPE, {}))
-            self.loop.add_callback(self._unwatch)   # its timer would hold it for `timeout`
-        if failed and why and reason not in ("", "not_understood"):
-            LOG.warning(f"answering {self.peer} with a failure: {why}")
-        return True
 
 
 @dataclass
@@ -137,10 +75,13 @@ class ChatAgentProtocol(AgentProtocol):
         self._satellites_lock = Lock()      # IO loop (touch, disconnect, sweep) vs workers
         self._asides: Dict[str, "_Aside"] = {}   # engine session -> where its speech goes
         self._sweeping = False
+        self.open_turns = OpenTurns()
         install_links()
         leak_free_codecs.install()   # stock satellites pick JSON-B91, whose C codec leaks
         for msg_type in UTTERANCE_TYPES:
             self.bus.on(msg_type, self._on_utterance)
+        for msg_type in STOP_TYPES:
+            self.bus.on(msg_type, self._on_stop)
         # no "hive.client.disconnect" handler: 4.0 and 5.x both call callbacks.on_disconnect
         # with the connection object first, and that names every session it used
 
@@ -152,25 +93,25 @@ class ChatAgentProtocol(AgentProtocol):
         return self._secret_value
 
     # ---- IO loop thread: keep it short ----
-    def _on_utterance(self, message: Message) -> None:
-        from tornado.ioloop import IOLoop
+    def _satellite(self, message: Message, what: str):
+        """(client, peer, its declared Session, engine session id) of an authenticated
+        satellite's message, or None (logged) for one not to act on."""
         peer = message.context.get("peer") or message.context.get("source")
         client = self.clients.get(peer)
         if client is None:
-            LOG.info(f"ignoring an utterance from {peer}: no such satellite is connected")
-            return
+            LOG.info(f"ignoring {what} from {peer}: no such satellite is connected")
+            return None
         link = link_for(client)
         if link is None:
-            LOG.warning(f"refusing an utterance from {peer}: its connection "
+            LOG.warning(f"refusing {what} from {peer}: its connection "
                         f"({type(client).__name__}) is of no hivemind-core generation this "
                         "plugin knows (4.x or 5.x); nothing is answered")
-            return
+            return None
         if not link.authenticated(client):
-            LOG.warning(f"refusing an utterance from {peer}: it was not encrypted under the "
+            LOG.warning(f"refusing {what} from {peer}: it was not encrypted under the "
                         "connection's key (the sender knows the access key, not the "
                         "password); nothing is answered")
-            return
-        utterance = _first_utterance(message.data)
+            return None
         sat_session = message.context.get("session")
         if not isinstance(sat_session, dict) or not isinstance(sat_session.get("session_id"),
                                                                 str):
@@ -180,6 +121,15 @@ class ChatAgentProtocol(AgentProtocol):
         sat_session = dict(sat_session, session_id=link.declared_session_id(
             client, sat_session["session_id"]))
         session_id = engine_session_id(self._secret, client.key, sat_session["session_id"])
+        return client, peer, sat_session, session_id
+
+    def _on_utterance(self, message: Message) -> None:
+        from tornado.ioloop import IOLoop
+        satellite = self._satellite(message, "an utterance")
+        if satellite is None:
+            return
+        client, peer, sat_session, session_id = satellite
+        utterance = _first_utterance(message.data)
         loop = IOLoop.current()
         with self._satellites_lock:
             evicted = self.satellites.touch(session_id, connection_token(client), peer,
@@ -188,11 +138,12 @@ class ChatAgentProtocol(AgentProtocol):
         if not self._sweeping:
             self._sweeping = True
             loop.call_later(self._sweep_interval, self._sweep, loop)
-        turn = _HubTurn(self, message, peer, loop, utterance or "", sat_session, session_id)
+        turn = HubTurn(self, message, peer, loop, utterance or "", sat_session, session_id)
         if not (utterance or "").strip():   # still a turn: it gets its end, never silence
             turn.finish(failed=True, why="the utterance has no text", reason="no_text")
             return
         turn.job = lambda: self._run(turn)
+        self.open_turns.add(turn)
         try:
             self.executor.submit(session_id, turn.job, group=connection_client(client))
         except QueueFull as e:
@@ -200,7 +151,36 @@ class ChatAgentProtocol(AgentProtocol):
             return
         self._watch(turn)
 
-    def _watch(self, turn: _HubTurn) -> None:
+    def _on_stop(self, message: Message) -> None:
+        """IO loop: a satellite stops its session's answer (barge-in), as OVOS stops speech:
+        each of that session's open turns ends now with its `ovos.utterance.handled` and says
+        nothing more; an engine that can stop a session's work (`stop_session`) is told to,
+        off this loop. Answered, like a skill, with "<plugin>.stop.response"."""
+        satellite = self._satellite(message, "a stop")
+        if satellite is None:
+            return
+        client, peer, sat_session, session_id = satellite
+        stopped = [turn for turn in self.open_turns.of(session_id, peer) if turn.stop()]
+        for turn in stopped:
+            self.executor.cancel(session_id, turn.job)        # if it never started
+        stop_session = getattr(self.engine, "stop_session", None)
+        if stopped and callable(stop_session):
+            background.start(threading.Thread(target=self._stop_engine, daemon=True,
+                                              args=(stop_session, session_id)))
+        ctx = dict(message.context)
+        ctx["source"], ctx["destination"] = PLUGIN_NAME, peer
+        ctx["session"] = sat_session
+        self._send(peer, Message(f"{PLUGIN_NAME}.stop.response",
+                                 {"skill_id": PLUGIN_NAME, "result": bool(stopped)}, ctx))
+
+    @staticmethod
+    def _stop_engine(stop_session, session_id: str) -> None:
+        try:
+            stop_session(session_id)
+        except Exception as e:   # the turn has ended anyway; the engine's bug is logged
+            LOG.warning(f"the engine failed to stop a session: {type(e).__name__}: {e}")
+
+    def _watch(self, turn: HubTurn) -> None:
         """Rolling timeout on the IO loop's own timers: no thread per turn."""
         if turn.finished:
             return
@@ -236,7 +216,7 @@ class ChatAgentProtocol(AgentProtocol):
         self._forget_sessions(gone)
 
     # ---- speech between turns (engines that have it) ----
-    def _follow_asides(self, turn: "_HubTurn") -> None:
+    def _follow_asides(self, turn: "HubTurn") -> None:
         """Worker thread, before the turn: subscribe once per satellite session."""
         subscribe = getattr(self.engine, "subscribe", None)
         if not callable(subscribe):
@@ -290,7 +270,7 @@ class ChatAgentProtocol(AgentProtocol):
                 except Exception as e:   # an engine's bug must not stop the forgetting
                     LOG.warning(f"engine could not forget a session: {type(e).__name__}")
 
-    def deliver(self, turn: _HubTurn, reply: Message) -> None:
+    def deliver(self, turn: HubTurn, reply: Message) -> None:
         """Hand a reply to the IO loop (the only thread that may write to a socket)."""
         turn.loop.add_callback(self._send, turn.peer, reply)
 
@@ -310,7 +290,7 @@ class ChatAgentProtocol(AgentProtocol):
             LOG.warning(f"could not send {reply.msg_type} to {peer}: {type(e).__name__}: {e}")
 
     # ---- worker thread ----
-    def _run(self, turn: _HubTurn) -> None:
+    def _run(self, turn: HubTurn) -> None:
         if turn.finished:          # timed out while queued
             return
         if turn.peer not in self.clients:   # the satellite left while its turn was queued
@@ -327,22 +307,32 @@ class ChatAgentProtocol(AgentProtocol):
         finally:
             self._forget_if_untracked(turn.session_id)
 
-    def _converse(self, turn: _HubTurn, sess: Session) -> None:
+    def _converse(self, turn: HubTurn, sess: Session) -> None:
+        answer = None
         try:
-            for sentence in self.engine.stream_sentences(
-                    [AgentMessage(role=MessageRole.USER, content=turn.utterance)],
-                    session_id=turn.session_id, lang=sess.lang, units=sess.system_unit):
-                if isinstance(sentence, str) and sentence.strip() and not turn.speak(sentence):
-                    return         # timed out meanwhile: the satellite already has its answer
+            answer = iter(self.engine.stream_sentences(
+                [AgentMessage(role=MessageRole.USER, content=turn.utterance)],
+                session_id=turn.session_id, lang=sess.lang, units=sess.system_unit))
+            for sentence in answer:
+                if turn.finished or (isinstance(sentence, str) and sentence.strip() and
+                                     not turn.speak(sentence)):
+                    return   # stopped or timed out: the satellite already has its end
         except Exception as e:
             turn.finish(failed=True, why=f"engine raised {type(e).__name__}",
                         reason="engine_error")
             LOG.warning(f"engine raised {type(e).__name__}: {e}")
             return
+        finally:
+            close = getattr(answer, "close", None)
+            if callable(close):   # a stopped answer's generator ends now, not when collected
+                try:
+                    close()
+                except Exception as e:
+                    LOG.debug(f"engine's answer did not close cleanly: {type(e).__name__}")
         turn.finish(failed=turn.spoke == 0, why="the engine had no answer",
                     reason="not_understood")
 
-    def session_for_reply(self, turn: _HubTurn) -> Dict[str, Any]:
+    def session_for_reply(self, turn: HubTurn) -> Dict[str, Any]:
         """The satellite's Session as the engine left it (a relay engine refreshes it from the
         upstream hub), under the id the satellite knows it by."""
         sess = SessionManager.sessions.get(turn.session_id)

@@ -1,0 +1,140 @@
+"""Carries one turn from its utterance to its release, on a thread of its own.
+
+`send()` (the caller's thread, the session's lock held) leases a connection and sends the
+utterance; `run()` then moves the connection's events into the `ChatTurn`, judges the end
+(core/outcomes.py) and gives everything back: the turn's place in the connection's table, the
+lease, the session's saved state and lock. It runs whether or not anyone reads the turn, so a
+turn nobody reads still ends, at the latest at its timeout, and frees its session.
+"""
+import queue
+import threading
+import time
+import uuid
+from contextlib import ExitStack
+from typing import TYPE_CHECKING, Callable, Iterator, Optional
+
+from ovos_bus_client.session import Session
+from ovos_utils.log import LOG
+
+from hivemind_chat_agent import background
+
+from hivemind_chat_agent.client.chat_turn import ChatTurn
+from hivemind_chat_agent.client.connection import HubConnection, TurnHandle
+from hivemind_chat_agent.core.outcomes import Outcome, TurnStatus, judge
+from hivemind_chat_agent.core.turns import Ended, Event, Sentence
+from hivemind_chat_agent.errors import HiveMindChatError
+
+if TYPE_CHECKING:
+    from hivemind_chat_agent.client.agent import HiveMindChatAgent
+
+
+class TurnDriver:
+    def __init__(self, agent: "HiveMindChatAgent", session_id: str, session_lock):
+        self.agent = agent
+        self.session_id = session_id
+        # held from send() until release; the agent's table of them is weak, so holding
+        # the lock object's owner here is what keeps the session locked
+        self._session_lock = session_lock
+        self.conn: Optional[HubConnection] = None
+        self.handle: Optional[TurnHandle] = None
+        self._gate = ExitStack()
+        self._terminated = False
+        self.on_release: Callable[[], None] = lambda: None
+        self.turn: Optional[ChatTurn] = None     # set before send(): terminate() may come
+
+    def send(self, session: Session, utterance: str) -> None:
+        """Lease a connection and send the utterance; on failure everything is given back
+        and the typed error raised."""
+        agent = self.agent
+        try:
+            self.conn = agent.pool.acquire(session)      # leased: eviction leaves it alone
+            self._gate.enter_context(agent.pool.gate.turn())
+            self.handle = self.conn.start_turn(session, utterance, uuid.uuid4().hex,
+                                               agent.settings.timeout)
+        except BaseException:
+            self.release(None)
+            raise
+
+    def run(self) -> None:
+        turn = self.turn
+        outcome: Optional[Outcome] = None
+        try:
+            for event in self._events():
+                if isinstance(event, Sentence):
+                    turn._add_sentence(event.text)
+                else:
+                    outcome = self._judge(event)
+        except Exception as e:   # ours, never the hub's: still end the turn and free it
+            LOG.exception("a turn's driver failed")
+            error = e if isinstance(e, HiveMindChatError) else HiveMindChatError(
+                f"the turn failed on this side ({type(e).__name__}: {e})")
+            outcome = Outcome(TurnStatus.LOST, error, in_step=False)
+        finally:
+            outcome = outcome or Outcome(TurnStatus.LOST, HiveMindChatError(
+                "the turn ended without an outcome"), in_step=False)
+            self.release(outcome)
+            turn._end(outcome)
+
+    def terminate(self) -> None:
+        """Barge-in (any thread): tell the hub to stop this session's answer, then end the
+        turn here at once; its late replies carry its tag and reach no later turn."""
+        conn, handle = self.conn, self.handle
+        if conn is None or handle is None or handle.turn.state.is_final:
+            return
+        self._terminated = True
+        conn.stop_answer(handle, on_stopped=self.turn._hub_stopped)
+        conn.abort(handle, "stopped by the caller")
+
+    def release(self, outcome: Optional[Outcome]) -> None:
+        agent, conn, handle, sid = self.agent, self.conn, self.handle, self.session_id
+        try:
+            if conn is not None and handle is not None:
+                if not handle.turn.state.is_final:
+                    conn.abort(handle, "the turn was given up")
+                conn.finish_turn(handle, stopped=self._terminated)
+            self._gate.close()
+            if conn is not None:
+                agent.pool.release(conn)
+            agent.sessions.save(sid)
+            agent.sessions.trim(keep=agent._in_use(sid))
+            # Late replies of an unfinished turn carry its tag and cannot reach the next one,
+            # so the connection is kept (reconnecting is what disturbs a hub), unless it is
+            # gone or the hub strips our tags.
+            in_step = outcome is not None and outcome.in_step
+            if conn is not None and ((outcome is not None and outcome.lost) or
+                                     (not in_step and conn.untagged)):
+                agent.pool.discard(sid)
+        finally:
+            self.on_release()
+            self._session_lock.lock.release()
+
+    def _events(self) -> Iterator[Event]:
+        conn, handle = self.conn, self.handle
+        while True:
+            remaining = handle.turn.deadline - time.monotonic()
+            try:
+                event = handle.events.get(timeout=max(remaining, 0.0))
+            except queue.Empty:
+                conn.expire(handle)   # re-checks the rolling deadline under the lock
+                continue
+            yield event
+            if isinstance(event, Ended):
+                return
+
+    def _judge(self, event: Ended) -> Outcome:
+        handle = self.handle
+        outcome = judge(event, spoke=bool(handle.turn.sentences), refusal=handle.error,
+                        terminated=self._terminated, agent_closed=self.agent._closed,
+                        timeout=self.agent.settings.timeout)
+        if outcome.status is TurnStatus.TIMED_OUT and outcome.error is None:
+            LOG.warning(f"hub stopped mid-answer ({event.reason}); returning what arrived")
+        elif outcome.error is None and outcome.status is not TurnStatus.ANSWERED:
+            LOG.debug(f"turn ended: {outcome.status.value} {event.reason}")
+        return outcome
+
+
+def start_driver(driver: TurnDriver) -> threading.Thread:
+    thread = threading.Thread(target=driver.run, daemon=True,
+                              name=f"hivemind-chat-turn-{driver.session_id}")
+    driver.turn._attach(driver.terminate, thread)
+    return background.start(thread)

@@ -1,0 +1,89 @@
+"""What an ended turn means to the caller: its `TurnStatus`, the typed error it raises (if any),
+and what becomes of the connection. Pure: the turn's `Ended` event and a few facts in, one
+`Outcome` out, so every front (ChatTurn, continue_chat, the CLI, asyncio) reads a turn alike.
+"""
+from dataclasses import dataclass
+from enum import Enum
+from typing import Optional
+
+from hivemind_chat_agent.core.turns import Ended, TurnState
+from hivemind_chat_agent.errors import (AgentClosedError, ConnectionLostError,
+                                        HiveMindChatError, HubBusyError, HubEngineError,
+                                        ReplyTooLargeError, TurnTimeoutError)
+
+
+class TurnStatus(str, Enum):
+    """Where a turn stands, as a caller (a voice loop, a web page) acts on it."""
+    WAITING = "waiting"                 # sent, nothing back yet
+    SPEAKING = "speaking"               # sentences are arriving
+    ANSWERED = "answered"               # the hub is done with the utterance
+    ASKED = "asked"                     # a skill asked a question: reopen the microphone
+    NOT_UNDERSTOOD = "not_understood"   # nothing on the hub understood the utterance
+    CANCELLED = "cancelled"             # stopped by the caller (barge-in) or by the hub
+    TIMED_OUT = "timed_out"             # the hub went silent for `timeout` seconds
+    LOST = "lost"                       # the connection dropped, or the agent shut down
+    FAILED = "failed"                   # the hub refused the turn or its engine failed
+
+    @property
+    def is_final(self) -> bool:
+        return self not in (TurnStatus.WAITING, TurnStatus.SPEAKING)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: TurnStatus
+    error: Optional[HiveMindChatError] = None   # what full_response() raises
+    in_step: bool = True        # the connection is still in step with the hub
+    lost: bool = False          # the connection is gone: drop it
+    reason: str = ""
+
+
+def judge(event: Ended, *, spoke: bool, refusal: Optional[HiveMindChatError],
+          terminated: bool, agent_closed: bool, timeout: float) -> Outcome:
+    """`spoke`: some sentence arrived; `refusal`: the hub's typed refusal of this turn;
+    `terminated`: the caller stopped it; `agent_closed`: the agent was shut down."""
+    state, kind, reason = event.state, event.kind, event.reason
+    if state is TurnState.HANDLED:
+        return Outcome(TurnStatus.ANSWERED, reason=reason)
+    if state is TurnState.ASKED:
+        return Outcome(TurnStatus.ASKED, reason=reason)
+    if state is TurnState.CANCELLED:
+        return Outcome(TurnStatus.CANCELLED, reason=reason)
+    if state is TurnState.UNMATCHED:
+        if kind == "busy":
+            return Outcome(TurnStatus.FAILED, HubBusyError(
+                f"the hub is busy ({reason}); try again in a moment"), in_step=False)
+        if kind in ("engine_error", "timeout"):
+            return Outcome(TurnStatus.FAILED, HubEngineError(
+                f"the hub's chat engine failed on this turn ({reason}); the hub's log has the "
+                "details"), in_step=False)
+        return Outcome(TurnStatus.NOT_UNDERSTOOD, reason=reason)
+    if terminated and state is TurnState.ABORTED:
+        return Outcome(TurnStatus.CANCELLED, in_step=False, reason=reason)
+    if agent_closed:
+        return Outcome(TurnStatus.LOST, AgentClosedError(
+            "the agent was shut down during the turn"), in_step=False,
+            lost=state is TurnState.LOST, reason=reason)
+    if state is TurnState.TIMED_OUT:
+        if spoke:   # what arrived is the answer so far; the caller gets it, with the status
+            return Outcome(TurnStatus.TIMED_OUT, in_step=False, reason=reason)
+        return Outcome(TurnStatus.TIMED_OUT, TurnTimeoutError(
+            f"the hub accepted the utterance but sent no answer within {timeout:g} s; raise "
+            "`timeout` or check that the hub's skills or engine are running"), in_step=False,
+            reason=reason)
+    if state is TurnState.LOST and refusal is not None:
+        return Outcome(TurnStatus.FAILED, refusal, in_step=False, lost=kind != "refused",
+                       reason=reason)
+    if state is TurnState.LOST:
+        if kind == "too_large":
+            error: HiveMindChatError = ReplyTooLargeError(reason)
+        elif kind == "tampered":
+            error = ConnectionLostError(f"{reason}; the answer was not accepted")
+        else:
+            error = ConnectionLostError(
+                f"{reason}; the answer was lost. The next turn reconnects and the "
+                "conversation's session is kept")
+        return Outcome(TurnStatus.LOST, error, in_step=False, lost=kind != "refused",
+                       reason=reason)
+    # ABORTED by us without a terminate (the reader stopped): the answer is cut short
+    return Outcome(TurnStatus.CANCELLED, in_step=False, reason=reason)

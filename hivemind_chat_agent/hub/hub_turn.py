@@ -1,0 +1,122 @@
+"""One satellite utterance on its way through the hub's engine, and the turns still open.
+
+`HubTurn.finish` guarantees the satellite exactly one end per utterance (answer, failure,
+timeout or its own stop), whoever gets there first: the worker running the engine, the IO
+loop's timer, or a satellite's `mycroft.stop`. `OpenTurns` finds a session's turns for that stop.
+"""
+import time
+from threading import Lock
+from typing import TYPE_CHECKING, Any, Dict, List
+
+from ovos_bus_client.message import Message
+from ovos_utils.log import LOG
+
+from hivemind_chat_agent.core.protocol_names import HANDLED_TYPE, SPEAK_TYPE, UNMATCHED_TYPE
+from hivemind_chat_agent.hub.settings import PLUGIN_NAME
+
+if TYPE_CHECKING:
+    from hivemind_chat_agent.hub.protocol import ChatAgentProtocol
+
+
+class HubTurn:
+    """One satellite utterance on its way through the engine. Thread-safe `finish` guarantees
+    exactly one end (answer, failure or timeout), whoever gets there first."""
+
+    def __init__(self, protocol: "ChatAgentProtocol", message: Message, peer: str, loop,
+                 utterance: str, satellite_session: Dict[str, Any], session_id: str):
+        self.protocol = protocol
+        self.message = message
+        self.peer = peer
+        self.loop = loop
+        self.utterance = utterance
+        self.satellite_session = satellite_session
+        self.session_id = session_id
+        self.lang = satellite_session.get("lang") or "en-US"
+        self.deadline = time.monotonic() + protocol.settings.timeout
+        self._lock = Lock()
+        self.finished = False
+        self.spoke = 0
+        self.job = None   # its place in the executor's queue
+        self.timer = None   # its rolling timeout on the IO loop
+        self.stopped = False  # the satellite stopped it (barge-in)
+
+    def reply(self, msg_type: str, data: Dict[str, Any]) -> Message:
+        ctx = dict(self.message.context)
+        ctx["source"], ctx["destination"] = ctx.get("destination") or PLUGIN_NAME, self.peer
+        ctx["session"] = self.protocol.session_for_reply(self)
+        return Message(msg_type, data, ctx)
+
+    def speak(self, sentence: str) -> bool:
+        # queued under the lock: a timeout's `handled` can never overtake this sentence
+        with self._lock:
+            if self.finished:
+                return False
+            self.spoke += 1
+            self.deadline = time.monotonic() + self.protocol.settings.timeout
+            self.protocol.deliver(self, self.reply(SPEAK_TYPE, {
+                "utterance": sentence, "expect_response": False, "lang": self.lang,
+                "meta": {"skill": PLUGIN_NAME}}))
+        return True
+
+    def _unwatch(self) -> None:
+        """IO loop: drop the rolling-timeout timer of a finished turn."""
+        if self.timer is not None:
+            self.loop.remove_timeout(self.timer)
+            self.timer = None
+
+    def finish(self, failed: bool, why: str = "", reason: str = "") -> bool:
+        """End the turn once. A failure carries `reason` ("busy", "engine_error", "timeout",
+        "no_text" or "not_understood") and `why` in its data, so the satellite can tell "busy"
+        or "broken" from "nothing understood"."""
+        with self._lock:
+            if self.finished:
+                return False
+            self.finished = True
+            if failed:
+                self.protocol.deliver(self, self.reply(UNMATCHED_TYPE, {
+                    "reason": reason or "not_understood", "message": why}))
+            self.protocol.deliver(self, self.reply(HANDLED_TYPE, {}))
+            self.loop.add_callback(self._unwatch)   # its timer would hold it for `timeout`
+        if failed and why and reason not in ("", "not_understood"):
+            LOG.warning(f"answering {self.peer} with a failure: {why}")
+        self.protocol.open_turns.remove(self)
+        return True
+
+    def stop(self) -> bool:
+        """The satellite stopped this answer: its end goes out now, and nothing more of it
+        (the engine's next sentence finds the turn finished and closes its generator)."""
+        with self._lock:
+            if self.finished:
+                return False
+            self.stopped = True
+        return self.finish(failed=False)
+
+
+class OpenTurns:
+    """Turns queued or running, by engine session: what a satellite's stop applies to."""
+
+    def __init__(self):
+        self._lock = Lock()
+        self._turns: Dict[str, List[HubTurn]] = {}
+
+    def add(self, turn: HubTurn) -> None:
+        with self._lock:
+            self._turns.setdefault(turn.session_id, []).append(turn)
+
+    def remove(self, turn: HubTurn) -> None:
+        with self._lock:
+            turns = self._turns.get(turn.session_id)
+            if turns and turn in turns:
+                turns.remove(turn)
+                if not turns:
+                    del self._turns[turn.session_id]
+
+    def of(self, session_id: str, peer: str) -> List[HubTurn]:
+        """That session's open turns, if that connection asked them (a stop never reaches
+        another connection's turns)."""
+        with self._lock:
+            return [t for t in self._turns.get(session_id, ()) if t.peer == peer]
+
+    def __len__(self) -> int:
+        with self._lock:
+            return sum(len(t) for t in self._turns.values())

@@ -1,0 +1,139 @@
+"""The asyncio API against genuine hivemind-core hubs of both generations (the OVOS-like test
+pipeline answering): it never blocks the event loop, and works from inside a running one."""
+import asyncio
+import threading
+import time
+
+import pytest
+from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
+
+from hivemind_chat_agent import TurnStatus, TurnTimeoutError
+
+
+def user(text):
+    return [AgentMessage(role=MessageRole.USER, content=text)]
+
+
+class LagProbe:
+    """The event loop's worst scheduling lag: how late a 1 ms sleep wakes up, while it runs."""
+
+    def __init__(self):
+        self.worst = 0.0
+        self._task = None
+
+    async def _tick(self):
+        loop = asyncio.get_running_loop()
+        while True:
+            start = loop.time()
+            await asyncio.sleep(0.001)
+            self.worst = max(self.worst, loop.time() - start - 0.001)
+
+    def __enter__(self):
+        self._task = asyncio.get_running_loop().create_task(self._tick())
+        return self
+
+    def __exit__(self, *exc):
+        self._task.cancel()
+
+
+def test_acontinue_chat_and_astream_sentences(creds, make_agent):
+    agent = make_agent(creds.agent_config())
+
+    async def main():
+        with LagProbe() as lag:
+            answer = await agent.acontinue_chat(user("count 3"), session_id="a-basic")
+            streamed = []
+            async for sentence in agent.astream_sentences(user("slow 3 0.1"),
+                                                          session_id="a-basic"):
+                streamed.append((sentence, time.monotonic()))
+        return answer, streamed, lag.worst
+    answer, streamed, worst = asyncio.run(main())
+    assert answer.role == MessageRole.ASSISTANT
+    assert answer.content == "sentence 1\nsentence 2\nsentence 3"
+    assert [s for s, _ in streamed] == ["slow sentence 1", "slow sentence 2", "slow sentence 3"]
+    assert streamed[-1][1] - streamed[0][1] >= 0.15      # each as it came, not all at the end
+    assert worst < 0.1, f"the loop stalled {worst * 1000:.1f} ms"
+
+
+def test_abegin_then_async_for_afull_response_and_a_coroutine_callback(creds, make_agent):
+    agent = make_agent(creds.agent_config(timeout=10))
+    loop_thread = []
+
+    async def main():
+        turn = await agent.abegin(user("count 3"), session_id="a-turn")
+        got = [s async for s in turn]
+        assert await turn.afull_response() == "\n".join(got)
+        heard = []
+
+        async def on_sentence(sentence):
+            await asyncio.sleep(0)
+            heard.append(sentence)
+            loop_thread.append(threading.current_thread())
+        with_cb = await agent.abegin(user("slow 3 0.05"), session_id="a-turn",
+                                     callback=on_sentence)
+        await with_cb.afull_response()
+        asked = await agent.abegin(user("ask"), session_id="a-turn")
+        await asked.afull_response()
+        return turn, got, heard, with_cb, asked
+    turn, got, heard, with_cb, asked = asyncio.run(main())
+    assert got == ["sentence 1", "sentence 2", "sentence 3"]
+    assert turn.status is TurnStatus.ANSWERED
+    assert heard == ["slow sentence 1", "slow sentence 2", "slow sentence 3"]
+    assert set(loop_thread) == {threading.main_thread()}   # ran on the loop, in order
+    assert asked.status is TurnStatus.ASKED and asked.expect_response
+
+
+def test_async_errors_and_terminate(creds, make_agent):
+    agent = make_agent(creds.agent_config(timeout=1))
+
+    async def main():
+        with pytest.raises(TurnTimeoutError):
+            await agent.acontinue_chat(user("silence"), session_id="a-err")
+        turn = await agent.abegin(user("slow 8 0.2"), session_id="a-err")
+        async for _ in turn:
+            break
+        with LagProbe() as lag:
+            turn.terminate()          # on the loop's thread: it does not wait
+            await turn.afull_response()
+        return turn, lag.worst
+    turn, worst = asyncio.run(main())
+    assert turn.status is TurnStatus.CANCELLED
+    assert worst < 0.1
+
+
+def test_cancelling_the_awaiting_task_stops_the_turn(creds, make_agent):
+    agent = make_agent(creds.agent_config(timeout=10))
+
+    async def main():
+        task = asyncio.ensure_future(agent.acontinue_chat(user("slow 10 0.2"),
+                                                          session_id="a-cancel"))
+        await asyncio.sleep(0.3)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        start = time.monotonic()
+        answer = await agent.acontinue_chat(user("count 2"), session_id="a-cancel")
+        return answer.content, time.monotonic() - start
+    content, took = asyncio.run(main())
+    assert content == "sentence 1\nsentence 2" and took < 1.5
+
+
+def test_sixty_four_concurrent_async_turns_on_one_loop(creds, make_agent):
+    agent = make_agent(creds.agent_config(timeout=30))
+
+    async def one(k):
+        turn = await agent.abegin(user("whoami"), session_id=f"a64-{k}")
+        return [s async for s in turn], turn.status
+
+    async def main():
+        await agent.acontinue_chat(user("hello"), session_id="a64-warm")   # connected
+        with LagProbe() as lag:
+            start = time.monotonic()
+            results = await asyncio.gather(*(one(k) for k in range(64)))
+            took = time.monotonic() - start
+        return results, took, lag.worst
+    results, took, worst = asyncio.run(main())
+    assert [r for r, _ in results] == [[f"session a64-{k}"] for k in range(64)]
+    assert all(status is TurnStatus.ANSWERED for _, status in results)
+    print(f"64 async turns: {took * 1000:.0f} ms, worst loop lag {worst * 1000:.2f} ms")
+    assert worst < 0.1, f"the loop stalled {worst * 1000:.1f} ms"   # benchmarks/: <= 10 ms
