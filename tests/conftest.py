@@ -1,3 +1,4 @@
+import logging
 import os
 import sys
 import threading
@@ -69,3 +70,18 @@ def make_agent():
 def agent_threads():
     return {t for t in threading.enumerate()
             if t.name.startswith("hivemind-chat") or "_send_ping" in t.name}
+
+
+@pytest.fixture
+def warnings_of_ours(monkeypatch):
+    """Every WARNING or worse that our package logs during the test."""
+    records = []
+    call_handlers = logging.Logger.callHandlers
+
+    def spy(logger, record):
+        # ovos_utils' LOG logs from its own module, naming the caller's in the logger name
+        if record.levelno >= logging.WARNING and "hivemind_chat_agent" in (record.name or ""):
+            records.append(record.getMessage())
+        return call_handlers(logger, record)
+    monkeypatch.setattr(logging.Logger, "callHandlers", spy)
+    return records

@@ -76,6 +76,21 @@ def test_ctrl_c_at_the_prompt_leaves_cleanly():
     assert finish(child) == 0
 
 
+def test_ctrl_c_mid_answer_stops_it_and_the_chat_goes_on(creds):
+    child = spawn(*hub_args(creds), "--session", "cli-barge")
+    child.expect(r"you> ")
+    child.sendline("slow 20 0.3")
+    child.expect(r"hub> slow sentence 1")
+    child.sendintr()
+    child.expect(r"\(answer stopped\)")
+    child.expect(r"you> ")
+    child.sendline("count 2")
+    child.expect(r"hub> sentence 1\r\n\s+sentence 2")
+    assert "slow sentence 3" not in child.before
+    child.sendline("/quit")
+    assert finish(child) == 0
+
+
 def test_one_shot_against_a_configured_hub(creds):
     child = spawn(*hub_args(creds, host="ws://127.0.0.1"), "count 2")
     child.expect(r"hub> sentence 1\r\n\s+sentence 2")
@@ -156,6 +171,7 @@ def test_json_lines_for_scripts(creds):
     assert [(e["type"], e.get("text")) for e in events] == [
         ("sentence", "sentence 1"), ("sentence", "sentence 2"), ("end", None), ("end", None)]
     assert events[0]["session"] == "scripted" and events[3]["sentences"] == 0
+    assert [e["status"] for e in events if e["type"] == "end"] == ["answered", "not_understood"]
 
 
 def test_no_hub_configured_points_to_set_identity_and_the_demo(tmp_path):

@@ -87,14 +87,15 @@ def test_the_audio_end_is_repeated_at_doubling_gaps_until_the_turn_ends(monkeypa
     """ovos-core may subscribe to the audio end after our report (a skill's
     wait_while_speaking checks, then listens): repeats while the turn is open cover a late
     listener, and stop once the turn is over."""
-    from hivemind_chat_agent.client import connection
-    monkeypatch.setattr(connection, "AUDIO_END_ECHO", 0.05)
-    monkeypatch.setattr(connection, "AUDIO_END_ECHO_MAX", 0.2)
+    from hivemind_chat_agent.client import satellite_reports
+    monkeypatch.setattr(satellite_reports, "AUDIO_END_ECHO", 0.05)
+    monkeypatch.setattr(satellite_reports, "AUDIO_END_ECHO_MAX", 0.2)
     c = HubConnection(ClientConfig.from_dict({"host": "127.0.0.1", "key": "k", "password": "p"}),
                       Session("mine"), SessionBook("d"))
+    c._ready.set()                # as after the handshake
     reports = []
-    monkeypatch.setattr(c, "report_audio_end",
-                        lambda tag=None, session_id=None: reports.append(time.monotonic()))
+    monkeypatch.setattr(c.reports, "audio_end",
+                        lambda session_id, tag=None: reports.append(time.monotonic()))
     try:
         handle = open_turn(c, "mine", "t1")
         start = time.monotonic()

@@ -9,8 +9,11 @@ import time
 import pytest
 from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
 
+from ovos_bus_client.message import Message
+from ovos_bus_client.session import Session
+
 from hubs import HubProcess, plugin_config
-from test_hub_protocol import HUB_GENERATIONS
+from test_hub_protocol import HUB_GENERATIONS, RawSatellite
 from hivemind_chat_agent import HiveMindChatAgent, HubEngineError, TurnStatus
 
 
@@ -68,6 +71,30 @@ def test_barge_in_stops_the_engine_and_the_next_turn_runs(stop_hub, make_agent):
     time.sleep(0.3)
     assert not any("talk" in s for s in heard_between_turns), heard_between_turns
     sub.close()
+
+
+def test_a_stock_satellites_stop_gets_the_turns_end_and_nothing_more(stop_hub):
+    """What goes over the wire, seen by a plain hivemind-bus-client satellite: after its
+    mycroft.stop the stopped turn gets exactly its `handled` and the plugin's stop answer,
+    never another sentence; the next utterance is answered normally."""
+    sat = RawSatellite(stop_hub.add_client(name="raw-stop"))
+    try:
+        session = Session(sat.client.session_id).serialize()
+        sat.received.clear()
+        sat.handled.clear()
+        sat.client.emit(Message("recognizer_loop:utterance", {"utterances": ["talk 50 0.1"]},
+                                {"session": session}))
+        assert wait_for(lambda: sat.received.count("speak") >= 2)
+        sat.client.emit(Message("mycroft.stop", {}, {"session": session}))
+        assert sat.handled.wait(2)
+        spoken = sat.received.count("speak")
+        time.sleep(1.0)                    # the engine would have said ten more by now
+        after = [t for t in sat.received if t != "recognizer_loop:utterance"]
+        assert after.count("speak") == spoken and after.count("ovos.utterance.handled") == 1
+        assert "hivemind-chat-agent-plugin.stop.response" in after, after
+        assert sat.ask("count 2") == ["speak", "speak", "ovos.utterance.handled"]
+    finally:
+        sat.close()
 
 
 def test_a_stop_between_turns_or_from_another_satellite_stops_nothing(stop_hub, make_agent):

@@ -8,7 +8,6 @@ the time with get_response), parrot ("start parrot" converses: it repeats what f
 unknown fallback.
 """
 import json
-import logging
 import os
 import subprocess
 import sys
@@ -42,20 +41,6 @@ def ovos_creds(ovos):
     finally:
         warm.shutdown()
     return creds
-
-
-@pytest.fixture
-def warnings_of_ours(monkeypatch):
-    """Every WARNING or worse that our package logs during the test."""
-    records = []
-    call_handlers = logging.Logger.callHandlers
-
-    def spy(logger, record):
-        if record.levelno >= logging.WARNING and "hivemind_chat_agent" in (record.pathname or ""):
-            records.append(record.getMessage())
-        return call_handlers(logger, record)
-    monkeypatch.setattr(logging.Logger, "callHandlers", spy)
-    return records
 
 
 def timed(agent, utterance, session_id):

@@ -65,10 +65,10 @@ class Output:
         else:
             print(("hub> " if first else "     ") + text if self.tty else text, flush=True)
 
-    def end(self, session: str, sentences: int, elapsed: float):
+    def end(self, session: str, sentences: int, elapsed: float, status: str = ""):
         if self.as_json:
             self._json(type="end", session=session, sentences=sentences,
-                       elapsed=round(elapsed, 3))
+                       elapsed=round(elapsed, 3), status=status)
         elif sentences == 0:
             print("(the hub had no answer for that)", flush=True)
 
@@ -175,13 +175,16 @@ class Chat:
         from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
         start, count = time.monotonic(), 0
         with _keep_typeahead(self.out.tty), Spinner(self.out.tty) as spinner:
-            for sentence in self.agent.stream_sentences(
-                    [AgentMessage(MessageRole.USER, utterance)], session_id=self.session,
-                    lang=self.lang):
-                spinner.stop()
-                self.out.sentence(sentence, self.session, first=count == 0)
-                count += 1
-        self.out.end(self.session, count, time.monotonic() - start)
+            turn = self.agent.begin([AgentMessage(MessageRole.USER, utterance)],
+                                    session_id=self.session, lang=self.lang)
+            try:
+                for sentence in turn:
+                    spinner.stop()
+                    self.out.sentence(sentence, self.session, first=count == 0)
+                    count += 1
+            finally:      # Ctrl-C mid-answer: barge-in, the hub stops it too
+                turn.terminate()
+        self.out.end(self.session, count, time.monotonic() - start, turn.status.value)
 
     def command(self, line: str) -> bool:
         """Handle a /command; False means leave."""

@@ -36,14 +36,14 @@ from websocket import WebSocketConnectionClosedException
 from hivemind_chat_agent import background
 from hivemind_chat_agent.client.config import ClientConfig
 from hivemind_chat_agent.client.noise_keys import NoiseKeyring
+from hivemind_chat_agent.client.satellite_reports import SatelliteReports
 from hivemind_chat_agent.client.transport import (ENCODINGS, IdentityInMemory, NullBus,
                                                   Transport, connect_failure, garbled,
                                                   preferred_ciphers)
 from hivemind_chat_agent.core.frames import Opened, Verdict
 from hivemind_chat_agent.core.handshake import ExchangeInputs, KeyExchange, choose
 from hivemind_chat_agent.core.ownership import claim, namespace_of
-from hivemind_chat_agent.core.protocol_names import (AUDIO_OUTPUT_END_TYPE, STOP_TYPE,
-                                                     TURN_TAG_KEY)
+from hivemind_chat_agent.core.protocol_names import TURN_TAG_KEY
 from hivemind_chat_agent.core.refusals import (ACL_DENIED, POLICY_DENIED_TYPE, UtteranceTopic,
                                                denial_error, read_denial,
                                                refusal_after_noise_handshake,
@@ -54,18 +54,6 @@ from hivemind_chat_agent.core.turns import Absorb, Event, Turn, TurnTable
 from hivemind_chat_agent.errors import (AccessKeyRejectedError, ConnectionLostError,
                                         HandshakeTimeoutError, HiveMindChatError,
                                         HubUnreachableError, ReplyTooLargeError)
-
-
-AUDIO_END_ECHO = 0.5   # seconds; see HubConnection._echo_audio_end_later
-AUDIO_END_ECHO_MAX = 4.0   # the longest gap between repeats while the turn stays open
-
-
-# Messages besides the utterance, and what is lost where a hub's policy refuses them.
-SIDE_MESSAGES = {
-    AUDIO_OUTPUT_END_TYPE: "skills that speak with wait=True will wait for their own timeout",
-    STOP_TYPE: "a stopped turn (terminate(), barge-in) ends here, but the hub's skills finish "
-               "their answer",
-}
 
 
 class TurnHandle:
@@ -117,19 +105,20 @@ class HubConnection:
         self.generation = ""                # which handshake the hub spoke, once it has
         self.many_sessions = False          # the hub reads each message's Session
         self.topic = topic or UtteranceTopic(config.utterance_topic)
-        self._denied: set = set()           # side messages the hub refused (audio end, stop)
         self.heard = False                  # some message arrived since the handshake
         self.retired = False                # the pool gives it no new turns
         self._carried: "OrderedDict[str, None]" = OrderedDict()   # sessions it has carried
         self._tags: Dict[str, str] = {}     # open turn tag -> its session id
         self._namespace: Optional[str] = None   # our prefix on a 4.13-4.14 hub, once seen
-        self._echoes: Dict[str, Optional[str]] = {}   # session -> tag, audio ends to repeat
-        self._stopping: "OrderedDict[str, Callable[[str], None]]" = OrderedDict()  # tag ->
-        # who wants to know that the hub's answering side stopped that turn
         self._thread: Optional[threading.Thread] = None
         self.last_used = clock()
         self.leases = 0                     # turns holding this connection (the pool's lock)
         self._transport = self._make_transport()
+        self.reports = SatelliteReports(
+            emit=lambda message: self._transport.emit(HiveMessage(HiveMessageType.BUS,
+                                                                  payload=message)),
+            wire=self._book.wire, source=self.useragent, turn_open=self._turn_open,
+            usable=lambda: self._ready.is_set() and not self._closed)
 
     # ---- lifecycle (caller's thread) ----
     def _make_transport(self) -> Transport:
@@ -244,25 +233,15 @@ class HubConnection:
 
     def stop_answer(self, handle: TurnHandle,
                     on_stopped: Callable[[str], None] = lambda skill: None) -> None:
-        """Barge-in: ask the hub to stop this session's answer the way OVOS stops one
-        (`mycroft.stop` carrying the session, tagged with the turn). Best effort: the caller
-        ends the turn here whatever the hub does. `on_stopped(skill_id)` (socket thread) when
-        a skill or the hub's engine answers that it stopped."""
-        sid = handle.turn.session_id
+        """Barge-in: ask the hub to stop this session's answer the way OVOS does. Best
+        effort: the caller ends the turn here whatever the hub does."""
+        if not handle.turn.state.is_final:
+            self.reports.stop(handle.turn.session_id, handle.turn.tag, on_stopped)
+
+    def _turn_open(self, session_id: str) -> bool:
         with self._lock:
-            if handle.turn.state.is_final or STOP_TYPE in self._denied or not self.alive:
-                return
-            self._stopping[handle.turn.tag] = on_stopped
-            while len(self._stopping) > TurnTable.MAX_OWED:
-                self._stopping.popitem(last=False)
-        sess = SessionManager.sessions.get(sid)
-        wire = self._book.wire(sess) if sess is not None else {"session_id": sid}
-        try:
-            self._transport.emit(HiveMessage(HiveMessageType.BUS, payload=Message(
-                STOP_TYPE, {}, {"session": wire, TURN_TAG_KEY: handle.turn.tag,
-                                "source": self.useragent, "destination": "HiveMind"})))
-        except HiveMindChatError as e:
-            LOG.debug(f"could not ask the hub to stop: {e}")
+            handle = self._handles.get(session_id)
+            return handle is not None and not handle.turn.state.is_final
 
     def finish_turn(self, handle: TurnHandle, stopped: bool = False) -> None:
         with self._lock:
@@ -352,28 +331,28 @@ class HubConnection:
             reply = self._own_session(reply)
             if reply is None:
                 return
-            if reply.kind is ReplyKind.STOPPED:   # answers our stop, never a turn
-                on_stopped = self._stopping.pop(reply.turn_tag or "", None)
-                if on_stopped is not None:
-                    on_stopped(reply.skill_id)
-                return
-            routing = self._table.route(reply, self._clock())
-            if routing.absorb is not Absorb.NOTHING:
+            # a skill's "<skill>.stop.response" answers our stop, not a turn
+            routing = None if reply.kind is ReplyKind.STOPPED else \
+                self._table.route(reply, self._clock())
+            if routing is not None and routing.absorb is not Absorb.NOTHING:
                 self._book.absorb(reply.session_id, reply.session,
                                   response_mode_only=routing.absorb is Absorb.RESPONSE_MODE)
-            if routing.turn is not None:
+            if routing is not None and routing.turn is not None:
                 handle = self._handles[routing.turn.session_id]
                 handle.heard = True
                 if reply.turn_tag is None:
                     self.untagged = True
                 handle.push(routing.events)
+        if routing is None:
+            self.reports.stopped(reply.turn_tag, reply.skill_id)
+            return
         if routing.ignored:
             LOG.debug(f"ignoring reply: {routing.ignored}")
         if reply.kind is ReplyKind.SPEAK and not self.config.plays_audio:
             if routing.events:
                 time.sleep(0)   # let the woken caller take the sentence before we encrypt
-            self.report_audio_end(reply.turn_tag, reply.session_id)
-            self._echo_audio_end_later(reply.turn_tag, reply.session_id)
+            self.reports.audio_end(reply.session_id, reply.turn_tag)
+            self.reports.echo_later(reply.session_id, reply.turn_tag)
         if routing.aside is not None:
             self._on_aside(reply.session_id, routing.aside)
 
@@ -386,12 +365,7 @@ class HubConnection:
         denial (a quota, a policy error) answers one message: a single candidate fails with
         it; several cannot be told apart and are left to their timeout."""
         denied, code, reason, extra = read_denial(data)
-        if denied in SIDE_MESSAGES:
-            if denied not in self._denied:
-                self._denied.add(denied)
-                LOG.warning(f"the hub does not allow this client to send {denied}; "
-                            f"{SIDE_MESSAGES[denied]}. The hub's operator can run "
-                            f"`hivemind-core allow-msg {denied} NODE_ID`")
+        if self.reports.refused(denied):   # an audio end or a stop, not an utterance
             return
         with self._lock:
             waiting = [h for h in self._handles.values()
@@ -447,53 +421,7 @@ class HubConnection:
 
     def report_audio_end(self, tag: Optional[str] = None,
                          session_id: Optional[str] = None) -> None:
-        """Tell the hub this session's speech has been played, as a satellite does after each
-        sentence: skills that spoke with wait=True go on."""
-        sess = SessionManager.sessions.get(session_id or self.session_id)
-        if sess is None or not self._ready.is_set() or self._closed or \
-                AUDIO_OUTPUT_END_TYPE in self._denied:
-            return
-        context = {"session": self._book.wire(sess), "source": self.useragent,
-                   "destination": "HiveMind"}
-        if tag is not None:
-            context[TURN_TAG_KEY] = tag
-        try:
-            self._transport.emit(HiveMessage(HiveMessageType.BUS, payload=Message(
-                AUDIO_OUTPUT_END_TYPE, {}, context)))
-        except HiveMindChatError as e:
-            LOG.debug(f"could not report audio end: {e}")
-
-    def _echo_audio_end_later(self, tag: Optional[str], session_id: str,
-                              delay: Optional[float] = None) -> None:
-        """Report the audio end once more, `delay` later (once per session, however many
-        sentences came meanwhile), and again at doubling gaps while that session's turn stays
-        open. Reported at once, it can reach ovos-core before the skill's `wait_while_speaking`
-        listens for it (ovos-bus-client 2.x checks the session's speaking flag, then
-        subscribes): the skill then waits out its 15 s timeout. On a loaded machine that gap
-        was seen to pass 0.5 s (six skills speaking with wait=True at once on ovos-core 3.7
-        behind hivemind-core 5.3.10a1), so one repeat is not enough. A text client plays
-        nothing: "audio ended" is always true, and repeating it costs one small frame."""
-        delay = AUDIO_END_ECHO if delay is None else delay
-        with self._lock:
-            fresh = not self._echoes
-            self._echoes[session_id] = tag
-        if fresh:
-            timer = threading.Timer(delay, self._echo_audio_ends, args=(delay,))
-            timer.daemon = True
-            background.start(timer)
-
-    def _echo_audio_ends(self, delay: float) -> None:
-        with self._lock:
-            echoes, self._echoes = self._echoes, {}
-            still_open = {sid: tag for sid, tag in echoes.items()
-                          if sid in self._handles
-                          and not self._handles[sid].turn.state.is_final}
-        for session_id, tag in echoes.items():
-            self.report_audio_end(tag, session_id)
-        if self._closed:
-            return
-        for session_id, tag in still_open.items():
-            self._echo_audio_end_later(tag, session_id, min(delay * 2, AUDIO_END_ECHO_MAX))
+        self.reports.audio_end(session_id or self.session_id, tag)
 
     def _on_socket_error(self, error: Any):
         if isinstance(error, WebSocketConnectionClosedException) and self._opened:
