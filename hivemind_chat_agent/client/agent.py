@@ -60,8 +60,10 @@ class HiveMindChatAgent(ChatEngine):
     def continue_chat(self, messages: List[AgentMessage], session_id: str = "default",
                       lang: Optional[str] = None, units: Optional[str] = None,
                       tools: Any = None) -> AgentMessage:
-        turn = self.begin(messages, session_id, lang, units)
-        return AgentMessage(role=MessageRole.ASSISTANT, content=turn.full_response())
+        turn, driver = self._send(messages, session_id, lang, units)
+        turn._attach(driver.terminate, threading.current_thread())
+        driver.run()          # here: the caller waits anyway, and a thread would cost a hop
+        return AgentMessage(role=MessageRole.ASSISTANT, content=turn.full_response(0))
 
     def stream_sentences(self, messages: List[AgentMessage], session_id: str = "default",
                          lang: Optional[str] = None,
@@ -114,13 +116,29 @@ class HiveMindChatAgent(ChatEngine):
     async def acontinue_chat(self, messages: List[AgentMessage], session_id: str = "default",
                              lang: Optional[str] = None, units: Optional[str] = None,
                              tools: Any = None) -> AgentMessage:
-        turn = await self.abegin(messages, session_id, lang, units)
+        started: List[ChatTurn] = []
+        gave_up: List[bool] = []      # each side appends first, then reads the other's list
+
+        def send_and_drive(settle):   # the whole turn on a worker: one wake-up of the loop
+            try:
+                turn, driver = self._send(messages, session_id, lang, units)
+            except BaseException as e:
+                settle(None, e)
+                return
+            turn._attach(driver.terminate, threading.current_thread())
+            started.append(turn)
+            if gave_up:
+                turn.terminate()
+            driver.run()
+            settle(turn, None)
         try:
-            content = await turn.afull_response()
+            turn = await off_loop(send_and_drive)
         except asyncio.CancelledError:
-            turn.terminate()
+            gave_up.append(True)
+            for turn in started:      # the caller gave up on it: stop the hub's answer
+                turn.terminate()
             raise
-        return AgentMessage(role=MessageRole.ASSISTANT, content=content)
+        return AgentMessage(role=MessageRole.ASSISTANT, content=turn.full_response(0))
 
     async def astream_sentences(self, messages: List[AgentMessage], session_id: str = "default",
                                 lang: Optional[str] = None,

@@ -15,7 +15,9 @@ encodings), but this module owns what its stock protocol gets wrong for a chat c
 
 Like a satellite, it reports `recognizer_loop:audio_output_end` for every sentence it receives
 (at once: it has no speaker), because skills that speak with wait=True block until then; a
-caller that plays the audio itself sets `plays_audio` and reports through the agent.
+caller that plays the audio itself sets `plays_audio` and reports through the agent. Those
+reports and the barge-in stop are client/satellite_reports.py's; the words of each failure are
+core/refusals.py's, and the websocket is client/transport.py's.
 """
 import dataclasses
 import queue
@@ -25,35 +27,30 @@ import uuid
 from collections import OrderedDict
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-import pybase64
-from hivemind_bus_client.identity import NodeIdentity
 from hivemind_bus_client.message import HiveMessage, HiveMessageType
 from ovos_bus_client.message import Message
-from ovos_bus_client.session import Session, SessionManager
+from ovos_bus_client.session import Session
 from ovos_utils.log import LOG
 from websocket import WebSocketConnectionClosedException
 
 from hivemind_chat_agent import background
 from hivemind_chat_agent.client.config import ClientConfig
-from hivemind_chat_agent.client.noise_keys import NoiseKeyring
 from hivemind_chat_agent.client.satellite_reports import SatelliteReports
-from hivemind_chat_agent.client.transport import (ENCODINGS, IdentityInMemory, NullBus,
-                                                  Transport, connect_failure, garbled,
-                                                  preferred_ciphers)
-from hivemind_chat_agent.core.frames import Opened, Verdict
-from hivemind_chat_agent.core.handshake import ExchangeInputs, KeyExchange, choose
+from hivemind_chat_agent.client.transport import (connect_failure, exchange_inputs, garbled,
+                                                  open_transport, redact)
+from hivemind_chat_agent.core.frames import Opened
+from hivemind_chat_agent.core.handshake import KeyExchange, choose
 from hivemind_chat_agent.core.ownership import claim, namespace_of
 from hivemind_chat_agent.core.protocol_names import TURN_TAG_KEY
 from hivemind_chat_agent.core.refusals import (ACL_DENIED, POLICY_DENIED_TYPE, UtteranceTopic,
-                                               denial_error, read_denial,
+                                               closed_before_ready, denial_error,
+                                               no_handshake_in_time, read_denial,
                                                refusal_after_noise_handshake,
-                                               refusal_from_close)
+                                               refusal_from_close, untrusted_frame)
 from hivemind_chat_agent.core.replies import ReplyKind, parse_reply
 from hivemind_chat_agent.core.sessions import SessionBook
 from hivemind_chat_agent.core.turns import Absorb, Event, Turn, TurnTable
-from hivemind_chat_agent.errors import (AccessKeyRejectedError, ConnectionLostError,
-                                        HandshakeTimeoutError, HiveMindChatError,
-                                        HubUnreachableError, ReplyTooLargeError)
+from hivemind_chat_agent.errors import ConnectionLostError, HiveMindChatError, HubUnreachableError
 
 
 class TurnHandle:
@@ -113,7 +110,7 @@ class HubConnection:
         self._thread: Optional[threading.Thread] = None
         self.last_used = clock()
         self.leases = 0                     # turns holding this connection (the pool's lock)
-        self._transport = self._make_transport()
+        self._transport = open_transport(self, config, self.useragent, self.session_id)
         self.reports = SatelliteReports(
             emit=lambda message: self._transport.emit(HiveMessage(HiveMessageType.BUS,
                                                                   payload=message)),
@@ -121,23 +118,6 @@ class HubConnection:
             usable=lambda: self._ready.is_set() and not self._closed)
 
     # ---- lifecycle (caller's thread) ----
-    def _make_transport(self) -> Transport:
-        cfg = self.config
-        identity = NodeIdentity(identity_file=IdentityInMemory(name=self.useragent))
-        identity.site_id = cfg.site_id or "unknown"
-        # The library's constructor registers a blank Session under our id; keep the real one.
-        saved = SessionManager.sessions.get(self.session_id)
-        try:
-            return Transport(self, key=cfg.key, password=cfg.password, host=cfg.url_host,
-                              port=cfg.port, useragent=self.useragent,
-                              self_signed=cfg.self_signed, identity=identity,
-                              internal_bus=NullBus(self.session_id))
-        finally:
-            if saved is not None:
-                SessionManager.sessions[self.session_id] = saved
-            else:
-                SessionManager.sessions.pop(self.session_id, None)
-
     def connect(self) -> "HubConnection":
         """Open the socket and finish the handshake the hub offers, or raise a typed error."""
         self._thread = threading.Thread(target=self._transport.run_forever, daemon=True,
@@ -146,15 +126,8 @@ class HubConnection:
         if not self._done.wait(self.config.connect_timeout):
             opened = self._opened
             self.close()
-            where = f"{self.config.url_host}:{self.config.port}"
-            if opened:
-                raise HandshakeTimeoutError(
-                    f"the hub at {where} accepted the connection but did not finish the "
-                    f"handshake within {self.config.connect_timeout:g} s; check that it is a "
-                    "HiveMind hub and that it is not overloaded")
-            raise HubUnreachableError(
-                f"no HiveMind hub answered at {where} within {self.config.connect_timeout:g} s; "
-                "check host and port and that hivemind-core is running")
+            raise no_handshake_in_time(opened, f"{self.config.url_host}:{self.config.port}",
+                                       self.config.connect_timeout)
         if self._error is not None:
             self.close()
             raise self._error
@@ -276,7 +249,7 @@ class HubConnection:
             if self._exchange is None:
                 if "envelope" in payload or "msg" in (payload.get("noise") or {}):
                     return          # an answer to a handshake we never started
-                self._exchange = choose(self._hello or {}, payload, self._exchange_inputs())
+                self._exchange = choose(self._hello or {}, payload, exchange_inputs(self.config))
                 self._transport.emit(self._exchange.first())
                 return
             send, channel = self._exchange.receive(payload)
@@ -307,14 +280,6 @@ class HubConnection:
             return
         self._ready.set()
         self._done.set()
-
-    def _exchange_inputs(self) -> ExchangeInputs:
-        cfg = self.config
-        return ExchangeInputs(
-            password=cfg.password, access_key=cfg.key, hub_address=f"{cfg.host}:{cfg.port}",
-            noise_keys=NoiseKeyring(cfg.noise_key_dir, cfg.key),
-            encodings=tuple(e.value for e in ENCODINGS), ciphers=tuple(preferred_ciphers()),
-            max_message_bytes=cfg.max_frame_bytes)
 
     def _on_bus(self, payload: Any):
         if getattr(payload, "msg_type", None) == POLICY_DENIED_TYPE:
@@ -427,7 +392,7 @@ class HubConnection:
         if isinstance(error, WebSocketConnectionClosedException) and self._opened:
             return   # the hub's close frame: on_close follows with its code and reason
         if not self._opened:
-            self._fail(connect_failure(error, self.config, self._redact))
+            self._fail(connect_failure(error, self.config, lambda text: redact(text, self.config, self.useragent)))
         elif not self._ready.is_set() and garbled(error):
             self._fail(HubUnreachableError(
                 f"the connection to the hub broke during the handshake ({type(error).__name__}); "
@@ -446,16 +411,8 @@ class HubConnection:
             # fresh v3 connection before its first answer.
             refusal = refusal_after_noise_handshake(close[1])
         if not self._ready.is_set():
-            if refusal is not None:
-                self._fail(refusal)
-            elif self._opened and self._exchange is None:
-                self._fail(AccessKeyRejectedError(
-                    "the hub closed the connection before the handshake: it does not know this "
-                    "access key; check the key or register it with `hivemind-core add-client`"))
-            else:
-                self._fail(HubUnreachableError(
-                    "the hub closed the connection during the handshake; check the hub's log"
-                    + (f" (it said: {close[1][:200]})" if close[1] else "")))
+            self._fail(refusal or closed_before_ready(self._opened, self._exchange is not None,
+                                                      close[1]))
             return
         self._closed = True
         if refusal is not None:    # a 5.x hub checks our pinned key after the handshake
@@ -469,14 +426,6 @@ class HubConnection:
                          "the stream was corrupted" if broken is not None else
                          "the hub closed the connection during the turn")
 
-    def _redact(self, text: str) -> str:
-        """Library errors may quote the URL, whose query carries base64("useragent:key")."""
-        for secret in (self.config.key, self.config.password,
-                       pybase64.b64encode(f"{self.useragent}:{self.config.key}".encode()
-                                          ).decode()):
-            text = text.replace(secret, "***")
-        return text
-
     def _fail(self, error: HiveMindChatError):
         if self._error is None:
             self._error = error
@@ -486,19 +435,10 @@ class HubConnection:
 
     def _on_untrusted(self, opened: Opened):
         """A frame we must not read past: the stream can no longer be trusted, close it."""
-        limit = self.config.max_frame_bytes
-        if opened.verdict is Verdict.TOO_LARGE:
-            reason = (f"the hub sent {opened.why}, over max_frame_bytes={limit}; the "
-                      "connection was closed without reading it. Raise max_frame_bytes if "
-                      "the hub's answers are really that long")
-        else:
-            reason = (f"a frame from the hub {opened.why.replace('frame ', '', 1)}: someone "
-                      "tampered with the connection (or the hub is broken), so it was closed "
-                      "and nothing more from it was read; use wss:// on untrusted networks")
+        reason, error = untrusted_frame(opened, self.config.max_frame_bytes)
         LOG.warning(f"closing the connection to the hub: {reason}")
         if not self._ready.is_set():
-            self._fail(ReplyTooLargeError(reason) if opened.verdict is Verdict.TOO_LARGE
-                       else HubUnreachableError(reason))
+            self._fail(error)
             return
         self._closed = True
         self._fail_turns(reason, kind=opened.verdict.value)

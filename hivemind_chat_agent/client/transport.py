@@ -12,16 +12,20 @@ import ssl
 import threading
 from typing import Any, List, Optional
 
+import pybase64
 from hivemind_bus_client.client import HiveMessageBusClient
+from hivemind_bus_client.identity import NodeIdentity
 from hivemind_bus_client.encryption import SupportedCiphers, SupportedEncodings
 from hivemind_bus_client.message import HiveMessage, HiveMessageType
 from hivemind_bus_client.util import serialize_message
+from ovos_bus_client.session import SessionManager
 from ovos_utils.log import LOG
 from websocket import ABNF, WebSocketPayloadException, WebSocketProtocolException
 
 from hivemind_chat_agent import leak_free_codecs
 from hivemind_chat_agent.core.frames import Opened, Verdict, open_frame
-from hivemind_chat_agent.core.handshake import SecureChannel
+from hivemind_chat_agent.client.noise_keys import NoiseKeyring
+from hivemind_chat_agent.core.handshake import ExchangeInputs, SecureChannel
 from hivemind_chat_agent.errors import ConnectionLostError, HiveMindChatError, HubUnreachableError
 
 # Fastest first; the hub picks the first one its config allows.
@@ -311,3 +315,35 @@ class _FrameTooLarge(Exception):
         super().__init__(f"a frame of {size} bytes")
 
 
+def open_transport(owner: Any, cfg, useragent: str, session_id: str) -> Transport:
+    """The websocket client for one HubConnection (`owner` gets its callbacks)."""
+    identity = NodeIdentity(identity_file=IdentityInMemory(name=useragent))
+    identity.site_id = cfg.site_id or "unknown"
+    # The library's constructor registers a blank Session under our id; keep the real one.
+    saved = SessionManager.sessions.get(session_id)
+    try:
+        return Transport(owner, key=cfg.key, password=cfg.password, host=cfg.url_host,
+                         port=cfg.port, useragent=useragent, self_signed=cfg.self_signed,
+                         identity=identity, internal_bus=NullBus(session_id))
+    finally:
+        if saved is not None:
+            SessionManager.sessions[session_id] = saved
+        else:
+            SessionManager.sessions.pop(session_id, None)
+
+
+def exchange_inputs(cfg) -> ExchangeInputs:
+    """What either generation's handshake needs from this client."""
+    return ExchangeInputs(
+        password=cfg.password, access_key=cfg.key, hub_address=f"{cfg.host}:{cfg.port}",
+        noise_keys=NoiseKeyring(cfg.noise_key_dir, cfg.key),
+        encodings=tuple(e.value for e in ENCODINGS), ciphers=tuple(preferred_ciphers()),
+        max_message_bytes=cfg.max_frame_bytes)
+
+
+def redact(text: str, cfg, useragent: str) -> str:
+    """Library errors may quote the URL, whose query carries base64("useragent:key")."""
+    for secret in (cfg.key, cfg.password,
+                   pybase64.b64encode(f"{useragent}:{cfg.key}".encode()).decode()):
+        text = text.replace(secret, "***")
+    return text

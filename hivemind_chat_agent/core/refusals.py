@@ -5,14 +5,17 @@ api key", "client Noise static key contradicts the pinned key", "this node requi
 Noise handshake"), and `hive.policy.denied`, the answer of a 4.3+ hub to a message type the
 client was not allowed (it carries no session and no turn tag: it answers the last message of
 that type on this connection). Which utterance topic to send lives here too, because a denial
-of one is the reason to try the other.
+of one is the reason to try the other; and the words for a connection the hub closed, or one
+we closed on an untrustworthy frame, before or during the handshake.
 """
 from typing import Any, Dict, List, Optional, Tuple
 
+from hivemind_chat_agent.core.frames import Opened, Verdict
 from hivemind_chat_agent.core.protocol_names import UTTERANCE_TYPE
 from hivemind_chat_agent.errors import (AccessKeyRejectedError, ClientKeyRefusedError,
-                                        HiveMindChatError, HubEngineError, PolicyDeniedError,
-                                        UnsupportedHubError)
+                                        HandshakeTimeoutError, HiveMindChatError,
+                                        HubEngineError, HubUnreachableError, PolicyDeniedError,
+                                        ReplyTooLargeError, UnsupportedHubError)
 
 POLICY_DENIED_TYPE = "hive.policy.denied"
 CURRENT_UTTERANCE_TYPE = "ovos.utterance.handle"
@@ -113,3 +116,40 @@ def denial_error(topic: str, code: str, reason: str, to_allow: List[str]) -> Hiv
         f"the hub's message policy does not allow this client to send {topic} "
         f"({code or 'denied'}); the hub's operator runs "
         f"`hivemind-core allow-msg {topics} {NODE_ID_HINT}`")
+
+
+def no_handshake_in_time(opened: bool, where: str, timeout: float) -> HiveMindChatError:
+    """connect_timeout passed: with the socket open (a handshake that never finished) or not."""
+    if opened:
+        return HandshakeTimeoutError(
+            f"the hub at {where} accepted the connection but did not finish the handshake "
+            f"within {timeout:g} s; check that it is a HiveMind hub and that it is not "
+            "overloaded")
+    return HubUnreachableError(
+        f"no HiveMind hub answered at {where} within {timeout:g} s; check host and port and "
+        "that hivemind-core is running")
+
+
+def closed_before_ready(opened: bool, handshake_started: bool, said: str) -> HiveMindChatError:
+    """The hub closed the socket before the handshake finished, naming no refusal."""
+    if opened and not handshake_started:
+        return AccessKeyRejectedError(
+            "the hub closed the connection before the handshake: it does not know this access "
+            "key; check the key or register it with `hivemind-core add-client`")
+    return HubUnreachableError(
+        "the hub closed the connection during the handshake; check the hub's log"
+        + (f" (it said: {said[:200]})" if said else ""))
+
+
+def untrusted_frame(opened: Opened, limit: int) -> Tuple[str, HiveMindChatError]:
+    """Why a frame we will not read past closes the connection, and the error a connect
+    in progress raises for it."""
+    if opened.verdict is Verdict.TOO_LARGE:
+        reason = (f"the hub sent {opened.why}, over max_frame_bytes={limit}; the connection "
+                  "was closed without reading it. Raise max_frame_bytes if the hub's answers "
+                  "are really that long")
+        return reason, ReplyTooLargeError(reason)
+    reason = (f"a frame from the hub {opened.why.replace('frame ', '', 1)}: someone tampered "
+              "with the connection (or the hub is broken), so it was closed and nothing more "
+              "from it was read; use wss:// on untrusted networks")
+    return reason, HubUnreachableError(reason)
