@@ -210,3 +210,24 @@ def test_a_hub_refusing_the_stop_is_named_once_and_turns_still_stop(hub, generat
     named = [w for w in warnings_of_ours if "mycroft.stop" in w]
     assert len(named) == 1 and "hivemind-core allow-msg mycroft.stop" in named[0], \
         warnings_of_ours
+
+
+def test_ctrl_c_inside_continue_chat_stops_the_turn_and_frees_the_session(creds, make_agent,
+                                                                          monkeypatch):
+    """continue_chat drives its turn on the caller's thread, where Ctrl-C lands."""
+    from hivemind_chat_agent.client.turn_driver import Sentence, TurnDriver
+    events = TurnDriver._events
+
+    def interrupted(self):
+        for event in events(self):
+            yield event
+            if isinstance(event, Sentence):
+                raise KeyboardInterrupt
+    agent = make_agent(creds.agent_config(timeout=10))
+    monkeypatch.setattr(TurnDriver, "_events", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        agent.get_response("slow 6 0.15", session_id="h-ctrl-c")
+    monkeypatch.setattr(TurnDriver, "_events", events)
+    start = time.monotonic()
+    assert agent.get_response("count 2", session_id="h-ctrl-c") == "sentence 1\nsentence 2"
+    assert time.monotonic() - start < 1.0

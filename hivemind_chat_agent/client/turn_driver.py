@@ -69,6 +69,10 @@ class TurnDriver:
             error = e if isinstance(e, HiveMindChatError) else HiveMindChatError(
                 f"the turn failed on this side ({type(e).__name__}: {e})")
             outcome = Outcome(TurnStatus.LOST, error, in_step=False)
+        except BaseException:    # Ctrl-C in continue_chat's caller: the hub stops it too
+            self.terminate()
+            outcome = Outcome(TurnStatus.CANCELLED, in_step=False)
+            raise
         finally:
             outcome = outcome or Outcome(TurnStatus.LOST, HiveMindChatError(
                 "the turn ended without an outcome"), in_step=False)
