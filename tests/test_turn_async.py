@@ -1,6 +1,7 @@
 """The asyncio API against genuine hivemind-core hubs of both generations (the OVOS-like test
 pipeline answering): it never blocks the event loop, and works from inside a running one."""
 import asyncio
+import gc
 import threading
 import time
 
@@ -15,25 +16,39 @@ def user(text):
 
 
 class LagProbe:
-    """The event loop's worst scheduling lag: how late a 1 ms sleep wakes up, while it runs."""
+    """The event loop's worst scheduling lag: how late a 1 ms sleep wakes up, while it runs.
+    Ticks during which the garbage collector ran are left out: a full collection stops every
+    thread of the process (30 ms seen with 64 connections), whatever the loop does."""
 
     def __init__(self):
         self.worst = 0.0
         self._task = None
+        self._gc_start = 0.0
+        self._collections = []
+
+    def _on_gc(self, phase, _info):
+        if phase == "start":
+            self._gc_start = time.monotonic()
+        else:
+            self._collections.append((self._gc_start, time.monotonic()))
 
     async def _tick(self):
         loop = asyncio.get_running_loop()
         while True:
             start = loop.time()
             await asyncio.sleep(0.001)
-            self.worst = max(self.worst, loop.time() - start - 0.001)
+            end = loop.time()
+            if not any(s < end and start < e for s, e in self._collections):
+                self.worst = max(self.worst, end - start - 0.001)
 
     def __enter__(self):
+        gc.callbacks.append(self._on_gc)
         self._task = asyncio.get_running_loop().create_task(self._tick())
         return self
 
     def __exit__(self, *exc):
         self._task.cancel()
+        gc.callbacks.remove(self._on_gc)
 
 
 def test_acontinue_chat_and_astream_sentences(creds, make_agent):
