@@ -322,6 +322,61 @@ def run_chat(agent, args, out: Output) -> int:
     return chat.interactive()
 
 
+def add_wyoming_options(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    p.prog = "hivemind-chat wyoming"
+    p.description = ("Serve Home Assistant's Assist (its Wyoming Protocol integration) as a "
+                     "conversation agent answered by the OVOS hub: each transcript is a turn.")
+    p.add_argument("--uri", default="tcp://0.0.0.0:10700",
+                   help="where to listen (default tcp://0.0.0.0:10700)")
+    p.add_argument("--languages", nargs="*", default=[],
+                   help="languages to advertise, e.g. en-US de-DE (default: all)")
+    p.add_argument("--session-per-device", action="store_true",
+                   help="one OVOS session per satellite/device instead of one per HA "
+                        "conversation")
+    return p
+
+
+def run_wyoming(args, out: Output) -> int:
+    import asyncio
+    try:
+        import wyoming  # noqa: F401
+    except ImportError:
+        raise ConfigurationError("the Wyoming server needs the `wyoming` package: "
+                                 "pip install wyoming") from None
+    from hivemind_chat_agent.bridges.wyoming_server import WyomingBridge, parse_uri, run_server
+    from hivemind_chat_agent.client.agent import HiveMindChatAgent
+    try:
+        host, port = parse_uri(args.uri)
+    except ValueError as e:
+        raise ConfigurationError(str(e)) from None
+    config = _agent_config(args)
+    config["useragent"] = "hivemind-chat-wyoming"
+    agent = HiveMindChatAgent(config)
+    try:
+        bridge = WyomingBridge(agent, args.languages, args.session_per_device,
+                               version=_version())
+        out.info(f"Wyoming conversation service on tcp://{host}:{port}: in Home Assistant, "
+                 "add the Wyoming Protocol integration with this host and port")
+        background.unblock_signals()
+        try:
+            asyncio.run(run_server(bridge, host, port))
+        except OSError as e:
+            raise ConfigurationError(f"cannot listen on {args.uri}: {e.strerror or e}") from None
+        except KeyboardInterrupt:
+            return 0
+        return 0
+    finally:
+        agent.shutdown()
+
+
+def _version() -> str:
+    try:
+        import importlib.metadata
+        return importlib.metadata.version("hivemind-chat-agent")
+    except Exception:
+        return ""
+
+
 def run_demo(args, out: Output) -> int:
     from hivemind_chat_agent.client.agent import HiveMindChatAgent
     from hivemind_chat_agent.bridges.demo_engine import AIMLChatEngine
@@ -349,9 +404,11 @@ def run_demo(args, out: Output) -> int:
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     demo = bool(argv) and argv[0] == "demo"
-    if demo:
+    wyoming = bool(argv) and argv[0] == "wyoming"
+    if demo or wyoming:
         argv = argv[1:]
-    args = build_parser().parse_args(argv)
+    parser = add_wyoming_options(build_parser()) if wyoming else build_parser()
+    args = parser.parse_args(argv)
     out = Output(args.json)
     # Ctrl-C belongs to this thread: the libraries start threads while they load (config
     # watchers, the demo hub) and those inherit this mask; see background.py for why.
@@ -360,6 +417,8 @@ def main(argv=None) -> int:
     try:
         if demo:
             return run_demo(args, out)
+        if wyoming:
+            return run_wyoming(args, out)
         from hivemind_chat_agent.client.agent import HiveMindChatAgent
         agent = HiveMindChatAgent(_agent_config(args))
         try:

@@ -84,11 +84,12 @@ class HiveMindChatAgent(ChatEngine):
     # ---- turn handles ----
     def begin(self, messages: List[AgentMessage], session_id: str = "default",
               lang: Optional[str] = None, units: Optional[str] = None,
-              callback: Optional[Callable[[str], Any]] = None) -> ChatTurn:
+              callback: Optional[Callable[[str], Any]] = None,
+              site_id: Optional[str] = None) -> ChatTurn:
         """Send the latest user utterance and return its `ChatTurn` at once: iterate it, give
         it a callback, watch its status, or terminate it (barge-in). Waits only for an earlier
         turn of the same session to end, and for the connection (typed errors raise here)."""
-        turn, driver = self._send(messages, session_id, lang, units)
+        turn, driver = self._send(messages, session_id, lang, units, site_id)
         if callback is not None:
             turn.set_callback_func(callback)
         start_driver(driver)
@@ -96,12 +97,13 @@ class HiveMindChatAgent(ChatEngine):
 
     async def abegin(self, messages: List[AgentMessage], session_id: str = "default",
                      lang: Optional[str] = None, units: Optional[str] = None,
-                     callback: Optional[Callable[[str], Any]] = None) -> ChatTurn:
+                     callback: Optional[Callable[[str], Any]] = None,
+                     site_id: Optional[str] = None) -> ChatTurn:
         """`begin()` for asyncio: the sending (and any wait for the session or the connection)
         happens on a thread of the turn's, never on the event loop."""
         def send_then_drive(settle):
             try:
-                turn, driver = self._send(messages, session_id, lang, units)
+                turn, driver = self._send(messages, session_id, lang, units, site_id)
             except BaseException as e:
                 settle(None, e)
                 return
@@ -213,7 +215,8 @@ class HiveMindChatAgent(ChatEngine):
         self.shutdown()
 
     # ---- one turn ----
-    def _send(self, messages, session_id, lang, units) -> Tuple[ChatTurn, TurnDriver]:
+    def _send(self, messages, session_id, lang, units,
+              site_id: Optional[str] = None) -> Tuple[ChatTurn, TurnDriver]:
         utterance = latest_user_utterance(messages)
         sid = self.sessions.resolve(session_id)
         slock = self._session_lock(sid)
@@ -222,7 +225,7 @@ class HiveMindChatAgent(ChatEngine):
         try:
             if self._closed:
                 raise AgentClosedError("this agent was shut down; create a new one to chat again")
-            session = self.sessions.for_turn(sid, lang, units)
+            session = self.sessions.for_turn(sid, lang, units, site_id)
         except BaseException:
             slock.lock.release()
             raise

@@ -83,7 +83,7 @@ class SessionBook:
         return str(session_id)
 
     def for_turn(self, session_id: str, lang: Optional[str] = None,
-                 units: Optional[str] = None) -> Session:
+                 units: Optional[str] = None, site_id: Optional[str] = None) -> Session:
         """The Session to send with the next utterance of `session_id` (created on first use,
         or continued from the store)."""
         sess = SessionManager.sessions.get(session_id)
@@ -92,8 +92,8 @@ class SessionBook:
         if sess is None:
             sess = Session(session_id=session_id)
         caller = self._caller.setdefault(session_id, {})
-        if self.site_id:
-            caller["site_id"] = sess.site_id = self.site_id
+        if site_id or self.site_id:
+            caller["site_id"] = sess.site_id = site_id or self.site_id
         if lang:
             caller["lang"] = sess.lang = lang
         if units:

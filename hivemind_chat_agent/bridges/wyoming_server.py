@@ -1,0 +1,205 @@
+"""`hivemind-chat wyoming`: Home Assistant's Assist talks to an OVOS hub through Wyoming.
+
+Home Assistant's built-in Wyoming integration turns a Wyoming "handle" service into a
+conversation agent (homeassistant/components/wyoming/conversation.py): per turn it opens a TCP
+connection, sends `Transcript(text, context={conversation_id, device_id?, satellite_id?},
+language)`, and reads events until `Handled(text)` or `NotHandled(text)`, skipping any others.
+Each transcript here is one turn of `HiveMindChatAgent` through its asyncio API, so nothing
+blocks the loop and many conversations run at once.
+
+What HA hears is always one of those two events, before the agent's own timeout has passed:
+the sentences joined with "\\n" (HA's own separator for several answers), or, when the hub
+understood nothing, failed, went silent or is unreachable, a sentence a person can hear saying
+why. A bad event, a half-closed or hostile connection costs only that connection.
+"""
+import asyncio
+import hashlib
+import json
+import logging
+from typing import Any, Dict, List, Optional, Tuple
+
+from hivemind_chat_agent.core.outcomes import TurnStatus
+from hivemind_chat_agent.errors import (AuthenticationError, ConnectionLostError,
+                                        HiveMindChatError, HubUnreachableError,
+                                        PolicyDeniedError, TurnTimeoutError)
+
+LOG = logging.getLogger(__name__)
+
+MAX_LINE = 64 * 1024          # one event header; HA's transcripts are a few hundred bytes
+MAX_DATA = 64 * 1024          # its data block
+READ_TIMEOUT = 60.0           # an idle connection (HA opens one per turn) is closed after it
+
+# What a person hears when the hub gives no answer (English; the hub's own words when it has
+# them come through as its sentences).
+SPOKEN = {
+    "not_understood": "Sorry, I didn't understand that.",
+    "timed_out": "Sorry, the assistant took too long to answer.",
+    "unreachable": "Sorry, I can't reach the assistant right now.",
+    "refused": "Sorry, the assistant refused this request. Its log says why.",
+    "failed": "Sorry, something went wrong on the assistant.",
+}
+
+
+def session_for(context: Dict[str, Any], peer: str, per_device: bool) -> Tuple[str, str]:
+    """(OVOS session id, site id) for a transcript. HA's conversation_id is stable across its
+    follow-up turns; it is namespaced by the asking HA (its address) and device, so two HA
+    instances or devices never share a session. `per_device`: one session per satellite."""
+    device = str(context.get("satellite_id") or context.get("device_id") or "")
+    conversation = str(context.get("conversation_id") or "")
+    namespace = hashlib.sha256(f"{peer}\0{device}".encode()).hexdigest()[:12]
+    if per_device or not conversation:
+        return f"ha-{namespace}", device or "home-assistant"
+    return f"ha-{namespace}-{conversation[:64]}", device or "home-assistant"
+
+
+class WyomingBridge:
+    """The server's state: the agent and what it advertises."""
+
+    def __init__(self, agent, languages: Optional[List[str]] = None, per_device: bool = False,
+                 version: str = ""):
+        self.agent = agent
+        self.languages = languages or []
+        self.per_device = per_device
+        self.version = version
+
+    def info_event(self):
+        from wyoming.info import Attribution, HandleModel, HandleProgram, Info
+        attribution = Attribution(name="OpenVoiceOS / HiveMind",
+                                  url="https://github.com/JarbasHiveMind")
+        model = HandleModel(name="ovos-hub", attribution=attribution, installed=True,
+                            description="the skills of an OVOS hub, over HiveMind",
+                            version=self.version, languages=list(self.languages))
+        program = HandleProgram(name="hivemind-chat", attribution=attribution, installed=True,
+                                description="An OVOS hub (its skills, follow-up questions "
+                                            "and sessions) reached over HiveMind",
+                                version=self.version, models=[model])
+        return Info(handle=[program]).event()
+
+    async def answer(self, text: str, context: Dict[str, Any], language: Optional[str],
+                     peer: str):
+        """The Handled or NotHandled event for one transcript; never raises."""
+        from wyoming.handle import Handled, NotHandled
+        session_id, site_id = session_for(context, peer, self.per_device)
+        try:
+            turn = await self.agent.abegin([{"role": "user", "content": text}],
+                                           session_id=session_id, lang=language or None,
+                                           site_id=site_id)
+            sentences = [s async for s in turn]
+            status = turn.status
+        except TurnTimeoutError:
+            return NotHandled(text=SPOKEN["timed_out"]).event()
+        except (HubUnreachableError, AuthenticationError, ConnectionLostError) as e:
+            LOG.warning(f"the hub is out of reach: {e}")
+            return NotHandled(text=SPOKEN["unreachable"]).event()
+        except PolicyDeniedError as e:
+            LOG.warning(f"the hub refused the transcript: {e}")
+            return NotHandled(text=SPOKEN["refused"]).event()
+        except HiveMindChatError as e:
+            LOG.warning(f"a turn failed: {type(e).__name__}: {e}")
+            return NotHandled(text=SPOKEN["failed"]).event()
+        if status is TurnStatus.NOT_UNDERSTOOD and not sentences:
+            return NotHandled(text=SPOKEN["not_understood"]).event()
+        if not sentences and status is TurnStatus.TIMED_OUT:
+            return NotHandled(text=SPOKEN["timed_out"]).event()
+        return Handled(text="\n".join(sentences)).event()
+
+
+async def read_event(reader: asyncio.StreamReader):
+    """One Wyoming event, bounded (the wyoming package's reader trusts the announced sizes);
+    None at the end of the stream or for anything malformed."""
+    from wyoming.event import Event
+    line = await asyncio.wait_for(reader.readline(), READ_TIMEOUT)
+    if not line:
+        return None
+    header = json.loads(line)
+    if not isinstance(header, dict) or not isinstance(header.get("type"), str):
+        raise ValueError("not a Wyoming event")
+    data = header.get("data") or {}
+    size = header.get("data_length") or 0
+    if not isinstance(data, dict) or not isinstance(size, int) or not 0 <= size <= MAX_DATA:
+        raise ValueError("bad data")
+    if size:
+        extra = json.loads(await asyncio.wait_for(reader.readexactly(size), READ_TIMEOUT))
+        if not isinstance(extra, dict):
+            raise ValueError("bad data block")
+        data.update(extra)
+    payload = header.get("payload_length") or 0
+    if not isinstance(payload, int) or not 0 <= payload <= MAX_DATA:
+        raise ValueError("bad payload")
+    if payload:
+        await asyncio.wait_for(reader.readexactly(payload), READ_TIMEOUT)   # not ours: skip
+    return Event(type=header["type"], data=data)
+
+
+async def serve_connection(bridge: WyomingBridge, reader: asyncio.StreamReader,
+                           writer: asyncio.StreamWriter) -> None:
+    """One client connection: Describe -> Info, Transcript -> Handled/NotHandled, anything
+    else ignored, until the client closes, goes idle, or sends garbage."""
+    from wyoming.asr import Transcript
+    from wyoming.event import async_write_event
+    from wyoming.info import Describe
+    peer = str((writer.get_extra_info("peername") or ("?",))[0])
+    try:
+        while True:
+            try:
+                event = await read_event(reader)
+            except (ValueError, asyncio.IncompleteReadError, asyncio.TimeoutError,
+                    ConnectionError) as e:
+                LOG.debug(f"closing a Wyoming connection from {peer}: {type(e).__name__}")
+                return
+            if event is None:
+                return
+            if Describe.is_type(event.type):
+                await async_write_event(bridge.info_event(), writer)
+            elif Transcript.is_type(event.type):
+                text = event.data.get("text")
+                context = event.data.get("context")
+                language = event.data.get("language")
+                if not isinstance(text, str) or not text.strip():
+                    from wyoming.handle import NotHandled
+                    await async_write_event(NotHandled(text=SPOKEN["not_understood"]).event(),
+                                            writer)
+                    continue
+                answer = await bridge.answer(
+                    text, context if isinstance(context, dict) else {},
+                    language if isinstance(language, str) else None, peer)
+                await async_write_event(answer, writer)
+    except (ConnectionError, asyncio.IncompleteReadError):
+        return
+    finally:
+        writer.close()
+
+
+async def run_server(bridge: WyomingBridge, host: str, port: int,
+                     started: Optional[asyncio.Future] = None) -> None:
+    connections = set()
+
+    async def connection(reader, writer):
+        task = asyncio.current_task()
+        connections.add(task)
+        try:
+            await serve_connection(bridge, reader, writer)
+        finally:
+            connections.discard(task)
+    server = await asyncio.start_server(connection, host=host, port=port, limit=MAX_LINE)
+    if started is not None and not started.done():
+        started.set_result(server.sockets[0].getsockname()[1])
+    try:
+        async with server:
+            await server.serve_forever()
+    finally:       # stopping: the connections in progress end with the server
+        for task in list(connections):
+            task.cancel()
+        await asyncio.gather(*connections, return_exceptions=True)
+
+
+def parse_uri(uri: str) -> Tuple[str, int]:
+    """tcp://HOST:PORT, as Wyoming servers take it."""
+    from urllib.parse import urlparse
+    parsed = urlparse(uri)
+    if parsed.scheme != "tcp" or parsed.port is None:
+        raise ValueError(f"--uri must look like tcp://0.0.0.0:10700, not {uri!r}")
+    return parsed.hostname or "0.0.0.0", parsed.port
+
+
+__all__ = ["WyomingBridge", "run_server", "serve_connection", "session_for", "parse_uri"]

@@ -1,0 +1,223 @@
+"""`hivemind-chat wyoming` driven exactly as Home Assistant's Wyoming integration drives a
+conversation service (homeassistant/components/wyoming/conversation.py): the real `wyoming`
+client library, `Describe` -> `Info` once, then one TCP connection per turn carrying
+`Transcript(text, context={conversation_id, device_id, satellite_id}, language)`, read until
+`Handled` / `NotHandled`. Behind it, genuine hivemind-core hubs of both generations (the
+OVOS-like test pipeline)."""
+import asyncio
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from wyoming.asr import Transcript
+from wyoming.client import AsyncTcpClient
+from wyoming.handle import Handled, NotHandled
+from wyoming.info import Describe, Info
+
+from hubs import free_port
+from hivemind_chat_agent import HiveMindChatAgent
+from hivemind_chat_agent.bridges.wyoming_server import SPOKEN, WyomingBridge, run_server
+
+
+class Server:
+    """run_server on an event loop of its own thread, as `hivemind-chat wyoming` runs it."""
+
+    def __init__(self, agent, **options):
+        self.port = free_port()
+        self.bridge = WyomingBridge(agent, version="test", **options)
+        self.loop = asyncio.new_event_loop()
+        self._task = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                return
+            except OSError:
+                time.sleep(0.02)
+        raise RuntimeError("the Wyoming server did not start")
+
+    def _run(self):
+        asyncio.set_event_loop(self.loop)
+        self._task = self.loop.create_task(run_server(self.bridge, "127.0.0.1", self.port))
+        try:
+            self.loop.run_until_complete(self._task)
+        except asyncio.CancelledError:
+            pass
+
+    def stop(self):
+        self.loop.call_soon_threadsafe(self._task.cancel)
+        self.thread.join(5)
+
+
+@pytest.fixture
+def served(creds, make_agent):
+    server = Server(make_agent(creds.agent_config(timeout=5)))
+    yield server
+    server.stop()
+
+
+async def ha_turn(port, text, conversation_id="c1", device_id="dev-1", satellite_id=None,
+                  language="en-US"):
+    """One Assist turn as Home Assistant runs it: a connection, a Transcript, the answer."""
+    context = {"conversation_id": conversation_id}
+    if device_id:
+        context["device_id"] = device_id
+    if satellite_id:
+        context["satellite_id"] = satellite_id
+    async with AsyncTcpClient("127.0.0.1", port) as client:
+        await client.write_event(Transcript(text, context=context, language=language).event())
+        while True:
+            event = await asyncio.wait_for(client.read_event(), 30)
+            if event is None:
+                raise ConnectionError("the server closed the connection without an answer")
+            if Handled.is_type(event.type):
+                return Handled.from_event(event)
+            if NotHandled.is_type(event.type):
+                return NotHandled.from_event(event)
+
+
+def turn(port, text, **kw):
+    return asyncio.run(ha_turn(port, text, **kw))
+
+
+async def describe(port):
+    async with AsyncTcpClient("127.0.0.1", port) as client:
+        await client.write_event(Describe().event())
+        while True:
+            event = await asyncio.wait_for(client.read_event(), 10)
+            if Info.is_type(event.type):
+                return Info.from_event(event)
+
+
+def test_describe_offers_one_installed_handle_program(served):
+    info = asyncio.run(describe(served.port))
+    installed = [p for p in info.handle if p.installed]
+    assert len(installed) == 1 and installed[0].name == "hivemind-chat"
+    assert installed[0].models and installed[0].models[0].installed
+    assert installed[0].models[0].languages == []         # all languages by default
+    assert installed[0].attribution.name and installed[0].version == "test"
+
+
+def test_answers_one_and_several_sentences(served):
+    answer = turn(served.port, "hello")
+    assert isinstance(answer, Handled) and answer.text == "hello there"
+    assert turn(served.port, "count 3").text == "sentence 1\nsentence 2\nsentence 3"
+
+
+def test_not_understood_is_not_handled_with_words_a_person_hears(served):
+    answer = turn(served.port, "fail")
+    assert isinstance(answer, NotHandled) and answer.text == SPOKEN["not_understood"]
+
+
+def test_a_conversation_keeps_its_state_and_two_never_share_it(served):
+    assert turn(served.port, "remember ada", conversation_id="A").text
+    assert turn(served.port, "remember bob", conversation_id="B").text
+    assert turn(served.port, "recall", conversation_id="A").text == "you said ada"
+    assert turn(served.port, "recall", conversation_id="B").text == "you said bob"
+    # the same conversation id from another device is another conversation
+    assert turn(served.port, "recall", conversation_id="A", device_id="dev-2").text == \
+        "I remember nothing"
+
+
+def test_a_follow_up_question_is_answered_by_the_next_transcript(served):
+    assert turn(served.port, "ask", conversation_id="Q").text == \
+        "what is your favourite colour?"
+    assert turn(served.port, "blue", conversation_id="Q").text == "blue is a fine colour"
+
+
+def test_session_per_device_and_the_satellite_as_site(creds, make_agent):
+    server = Server(make_agent(creds.agent_config(timeout=5)), per_device=True)
+    try:
+        assert turn(server.port, "remember kitchen things", conversation_id="one",
+                    satellite_id="kitchen-sat").text
+        # HA starts a new conversation: the satellite's session goes on
+        assert turn(server.port, "recall", conversation_id="two",
+                    satellite_id="kitchen-sat").text == "you said kitchen things"
+        assert turn(server.port, "whoami", conversation_id="two",
+                    satellite_id="kitchen-sat").text.startswith("session ha-")
+    finally:
+        server.stop()
+
+
+def test_twenty_conversations_at_once_without_cross_talk(served):
+    async def main():
+        return await asyncio.gather(*(ha_turn(served.port, f"remember word{k}",
+                                              conversation_id=f"par-{k}")
+                                      for k in range(20)))
+    assert all(isinstance(a, Handled) for a in asyncio.run(main()))
+
+    async def recall():
+        return await asyncio.gather(*(ha_turn(served.port, "recall",
+                                              conversation_id=f"par-{k}")
+                                      for k in range(20)))
+    assert [a.text for a in asyncio.run(recall())] == [f"you said word{k}" for k in range(20)]
+
+
+def test_garbage_and_half_closed_connections_cost_only_themselves(served):
+    for junk in (b"not json at all\n", b'{"type": 5}\n', b'{"type":"transcript",'
+                 b'"data_length": 999999999}\n', b'{"type": "transcript", "data": {"text": 7}}\n',
+                 b"\xff\xfe\x00garbage"):
+        with socket.create_connection(("127.0.0.1", served.port), timeout=5) as s:
+            s.sendall(junk)
+            s.shutdown(socket.SHUT_WR)          # half-closed: we send no more
+            s.settimeout(5)
+            try:
+                while s.recv(4096):
+                    pass
+            except OSError:
+                pass
+    assert turn(served.port, "hello").text == "hello there"
+
+
+def test_a_hub_that_is_down_is_not_handled_with_a_reason_and_the_server_goes_on(make_agent):
+    port = free_port()                           # nothing listens there
+    agent = make_agent({"host": "127.0.0.1", "port": port, "key": "k", "password": "p",
+                        "connect_timeout": 1, "timeout": 2})
+    server = Server(agent)
+    try:
+        start = time.monotonic()
+        answer = turn(server.port, "hello")
+        assert isinstance(answer, NotHandled) and answer.text == SPOKEN["unreachable"]
+        assert time.monotonic() - start < 3
+        assert asyncio.run(describe(server.port)).handle      # still serving
+        assert isinstance(turn(server.port, "hello again"), NotHandled)
+    finally:
+        server.stop()
+
+
+def test_the_command_line_serves_home_assistant(creds, tmp_path):
+    port = free_port()
+    cli = [sys.executable, "-m", "hivemind_chat_agent.bridges.cli", "wyoming",
+           "--uri", f"tcp://127.0.0.1:{port}", "--host", "127.0.0.1",
+           "--port", str(creds.port), "--key", creds.key, "--password", creds.password,
+           "--no-store", "--languages", "en-US"]
+    proc = subprocess.Popen(cli, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        info = asyncio.run(describe(port))
+        assert info.handle[0].models[0].languages == ["en-US"]
+        assert turn(port, "count 2").text == "sentence 1\nsentence 2"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    assert creds.password not in proc.stderr.read() + proc.stdout.read()
+
+
+def test_a_server_agent_is_an_ordinary_agent(creds):
+    """The bridge only uses the public asyncio API (abegin): any HiveMindChatAgent works."""
+    agent = HiveMindChatAgent(creds.agent_config())
+    try:
+        assert WyomingBridge(agent).info_event().type == "info"
+    finally:
+        agent.shutdown()
