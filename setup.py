@@ -24,7 +24,9 @@ setup(
     python_requires=">=3.9",
     install_requires=requirements("requirements.txt"),
     extras_require={"test": requirements("requirements-test.txt"),
-                    "bench": requirements("requirements-bench.txt")},
+                    "bench": requirements("requirements-bench.txt"),
+                    # `hivemind-chat wyoming --zeroconf`: Home Assistant discovers the service
+                    "zeroconf": ["zeroconf==0.154.0", "ifaddr==0.2.0"]},
     entry_points={
         "opm.agents.chat": [
             "hivemind-chat-agent=hivemind_chat_agent.client.agent:HiveMindChatAgent",

@@ -195,7 +195,7 @@ def test_the_command_line_serves_home_assistant(creds, tmp_path):
     cli = [sys.executable, "-m", "hivemind_chat_agent.bridges.cli", "wyoming",
            "--uri", f"tcp://127.0.0.1:{port}", "--host", "127.0.0.1",
            "--port", str(creds.port), "--key", creds.key, "--password", creds.password,
-           "--no-store", "--languages", "en-US"]
+           "--no-store", "--languages", "en-US", "--zeroconf"]
     proc = subprocess.Popen(cli, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 30
@@ -211,7 +211,9 @@ def test_the_command_line_serves_home_assistant(creds, tmp_path):
     finally:
         proc.terminate()
         proc.wait(10)
-    assert creds.password not in proc.stderr.read() + proc.stdout.read()
+    output = proc.stderr.read() + proc.stdout.read()
+    assert creds.password not in output
+    assert "not announced" in output          # --zeroconf on a loopback address says so
 
 
 def test_a_server_agent_is_an_ordinary_agent(creds):
@@ -221,3 +223,41 @@ def test_a_server_agent_is_an_ordinary_agent(creds):
         assert WyomingBridge(agent).info_event().type == "info"
     finally:
         agent.shutdown()
+
+
+async def streamed_turn(port, text, conversation_id="s1"):
+    """A client that takes streamed answers: every event until HandledStop or NotHandled."""
+    events = []
+    async with AsyncTcpClient("127.0.0.1", port) as client:
+        await client.write_event(Transcript(text, context={"conversation_id": conversation_id},
+                                            language="en-US").event())
+        while True:
+            event = await asyncio.wait_for(client.read_event(), 30)
+            events.append(event)
+            if event.type in ("handled-stop", "not-handled", "handled"):
+                return events
+
+
+def test_streamed_answers_for_clients_that_take_them(creds, make_agent, served):
+    plain = asyncio.run(describe(served.port)).handle[0]
+    assert plain.supports_handled_streaming is False       # HA's client does not take them
+    server = Server(make_agent(creds.agent_config(timeout=5)), stream=True)
+    try:
+        assert asyncio.run(describe(server.port)).handle[0].supports_handled_streaming
+        events = asyncio.run(streamed_turn(server.port, "count 3"))
+        assert [e.type for e in events] == ["handled-start", "handled-chunk", "handled-chunk",
+                                            "handled-chunk", "handled-stop"]
+        assert "".join(e.data["text"] for e in events[1:4]) == \
+            "sentence 1\nsentence 2\nsentence 3"
+        failed = asyncio.run(streamed_turn(server.port, "fail"))
+        assert [e.type for e in failed] == ["not-handled"]
+    finally:
+        server.stop()
+
+
+def test_zeroconf_says_why_it_cannot_announce():
+    from hivemind_chat_agent.bridges.wyoming_server import advertise
+    assert "reachable from this machine only" in asyncio.run(advertise(10700, "127.0.0.1", ""))
+    import importlib.util
+    if importlib.util.find_spec("zeroconf") is None:
+        assert "pip install" in asyncio.run(advertise(10700, "0.0.0.0", "x"))

@@ -333,6 +333,17 @@ def add_wyoming_options(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--session-per-device", action="store_true",
                    help="one OVOS session per satellite/device instead of one per HA "
                         "conversation")
+    p.add_argument("--stream", action="store_true",
+                   help="answer with HandledStart/HandledChunk/HandledStop as sentences "
+                        "arrive, and advertise it; only for clients that take them (Home "
+                        "Assistant's conversation agent, as of 2026, does not)")
+    p.add_argument("--zeroconf", nargs="?", const="", metavar="NAME",
+                   help="announce the service over mDNS (_wyoming._tcp) so Home Assistant "
+                        "discovers it; needs the zeroconf package")
+    p.add_argument("--churn-guard", type=float, default=None, metavar="SECONDS",
+                   help="the agent's churn_guard (default 1): 0 for hubs whose answers come "
+                        "from a persona or LLM rather than skills speaking with wait=True; "
+                        "many conversations at once then start without spacing")
     return p
 
 
@@ -351,15 +362,17 @@ def run_wyoming(args, out: Output) -> int:
         raise ConfigurationError(str(e)) from None
     config = _agent_config(args)
     config["useragent"] = "hivemind-chat-wyoming"
+    if args.churn_guard is not None:
+        config["churn_guard"] = args.churn_guard
     agent = HiveMindChatAgent(config)
     try:
         bridge = WyomingBridge(agent, args.languages, args.session_per_device,
-                               version=_version())
+                               version=_version(), stream=args.stream)
         out.info(f"Wyoming conversation service on tcp://{host}:{port}: in Home Assistant, "
                  "add the Wyoming Protocol integration with this host and port")
         background.unblock_signals()
         try:
-            asyncio.run(run_server(bridge, host, port))
+            asyncio.run(run_server(bridge, host, port, zeroconf=args.zeroconf, say=out.info))
         except OSError as e:
             raise ConfigurationError(f"cannot listen on {args.uri}: {e.strerror or e}") from None
         except KeyboardInterrupt:

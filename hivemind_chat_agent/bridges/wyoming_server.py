@@ -56,11 +56,15 @@ class WyomingBridge:
     """The server's state: the agent and what it advertises."""
 
     def __init__(self, agent, languages: Optional[List[str]] = None, per_device: bool = False,
-                 version: str = ""):
+                 version: str = "", stream: bool = False):
         self.agent = agent
         self.languages = languages or []
         self.per_device = per_device
         self.version = version
+        # Home Assistant's conversation client (2026) reads only Handled/NotHandled and skips
+        # the streaming events, so it would wait for an answer that never comes: streaming is
+        # for clients the operator knows take it (`--stream`), and advertised only then.
+        self.stream = stream
 
     def info_event(self):
         from wyoming.info import Attribution, HandleModel, HandleProgram, Info
@@ -72,36 +76,50 @@ class WyomingBridge:
         program = HandleProgram(name="hivemind-chat", attribution=attribution, installed=True,
                                 description="An OVOS hub (its skills, follow-up questions "
                                             "and sessions) reached over HiveMind",
-                                version=self.version, models=[model])
+                                version=self.version, models=[model],
+                                supports_handled_streaming=self.stream)
         return Info(handle=[program]).event()
 
     async def answer(self, text: str, context: Dict[str, Any], language: Optional[str],
                      peer: str):
-        """The Handled or NotHandled event for one transcript; never raises."""
-        from wyoming.handle import Handled, NotHandled
+        """The events answering one transcript, ending with Handled, NotHandled or (when
+        streaming) HandledStop; never raises. Streamed chunks concatenate to the text a
+        Handled would carry."""
+        from wyoming.handle import (Handled, HandledChunk, HandledStart, HandledStop,
+                                    NotHandled)
         session_id, site_id = session_for(context, peer, self.per_device)
+        sentences: List[str] = []
+        failure = ""
         try:
             turn = await self.agent.abegin([{"role": "user", "content": text}],
                                            session_id=session_id, lang=language or None,
                                            site_id=site_id)
-            sentences = [s async for s in turn]
-            status = turn.status
+            async for sentence in turn:
+                if self.stream:
+                    if not sentences:
+                        yield HandledStart().event()
+                    yield HandledChunk(text=("\n" if sentences else "") + sentence).event()
+                sentences.append(sentence)
+            if not sentences:
+                failure = "not_understood" if turn.status is not TurnStatus.TIMED_OUT \
+                    else "timed_out"
         except TurnTimeoutError:
-            return NotHandled(text=SPOKEN["timed_out"]).event()
+            failure = "timed_out"
         except (HubUnreachableError, AuthenticationError, ConnectionLostError) as e:
             LOG.warning(f"the hub is out of reach: {e}")
-            return NotHandled(text=SPOKEN["unreachable"]).event()
+            failure = "unreachable"
         except PolicyDeniedError as e:
             LOG.warning(f"the hub refused the transcript: {e}")
-            return NotHandled(text=SPOKEN["refused"]).event()
+            failure = "refused"
         except HiveMindChatError as e:
             LOG.warning(f"a turn failed: {type(e).__name__}: {e}")
-            return NotHandled(text=SPOKEN["failed"]).event()
-        if status is TurnStatus.NOT_UNDERSTOOD and not sentences:
-            return NotHandled(text=SPOKEN["not_understood"]).event()
-        if not sentences and status is TurnStatus.TIMED_OUT:
-            return NotHandled(text=SPOKEN["timed_out"]).event()
-        return Handled(text="\n".join(sentences)).event()
+            failure = "failed"
+        if self.stream and sentences:      # what was said stands, whatever ended the turn
+            yield HandledStop().event()
+        elif sentences:
+            yield Handled(text="\n".join(sentences)).event()
+        else:
+            yield NotHandled(text=SPOKEN[failure or "not_understood"]).event()
 
 
 async def read_event(reader: asyncio.StreamReader):
@@ -160,18 +178,43 @@ async def serve_connection(bridge: WyomingBridge, reader: asyncio.StreamReader,
                     await async_write_event(NotHandled(text=SPOKEN["not_understood"]).event(),
                                             writer)
                     continue
-                answer = await bridge.answer(
-                    text, context if isinstance(context, dict) else {},
-                    language if isinstance(language, str) else None, peer)
-                await async_write_event(answer, writer)
+                async for answer in bridge.answer(
+                        text, context if isinstance(context, dict) else {},
+                        language if isinstance(language, str) else None, peer):
+                    await async_write_event(answer, writer)
     except (ConnectionError, asyncio.IncompleteReadError):
         return
     finally:
         writer.close()
 
 
+async def advertise(port: int, host: str, name: Optional[str]) -> Optional[str]:
+    """Announce `_wyoming._tcp` over mDNS, as other Wyoming servers do, so Home Assistant
+    discovers the service; None when announced, else why not (the server serves anyway)."""
+    import importlib.util
+    if host.startswith("127.") or host == "localhost":
+        return (f"not announced: {host} is reachable from this machine only; listen on "
+                "0.0.0.0 or a LAN address for Home Assistant to find it")
+    if importlib.util.find_spec("zeroconf") is None:
+        return ("discovery needs the zeroconf package (pip install "
+                "'hivemind-chat-agent[zeroconf]'); add the Wyoming integration in Home "
+                "Assistant by host and port instead")
+    from wyoming.zeroconf import HomeAssistantZeroconf
+    try:
+        announcer = HomeAssistantZeroconf(port=port, name=name or None,
+                                          host=None if host in ("", "0.0.0.0") else host)
+        await announcer.register_server()
+    except OSError as e:
+        return (f"multicast is unavailable here ({e.strerror or e}); add the Wyoming "
+                "integration in Home Assistant by host and port instead")
+    return None
+
+
 async def run_server(bridge: WyomingBridge, host: str, port: int,
-                     started: Optional[asyncio.Future] = None) -> None:
+                     started: Optional[asyncio.Future] = None,
+                     zeroconf: Optional[str] = None,
+                     say=lambda text: None) -> None:
+    """Serve until cancelled. `zeroconf`: announce under that name ("" for the default)."""
     connections = set()
 
     async def connection(reader, writer):
@@ -184,6 +227,10 @@ async def run_server(bridge: WyomingBridge, host: str, port: int,
     server = await asyncio.start_server(connection, host=host, port=port, limit=MAX_LINE)
     if started is not None and not started.done():
         started.set_result(server.sockets[0].getsockname()[1])
+    if zeroconf is not None:
+        why_not = await advertise(port, host, zeroconf)
+        say(why_not or f"announced on the network as {zeroconf or 'this machine'} "
+                       "(_wyoming._tcp): Home Assistant offers to add it")
     try:
         async with server:
             await server.serve_forever()
