@@ -322,74 +322,6 @@ def run_chat(agent, args, out: Output) -> int:
     return chat.interactive()
 
 
-def add_wyoming_options(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    p.prog = "hivemind-chat wyoming"
-    p.description = ("Serve Home Assistant's Assist (its Wyoming Protocol integration) as a "
-                     "conversation agent answered by the OVOS hub: each transcript is a turn.")
-    p.add_argument("--uri", default="tcp://0.0.0.0:10700",
-                   help="where to listen (default tcp://0.0.0.0:10700)")
-    p.add_argument("--languages", nargs="*", default=[],
-                   help="languages to advertise, e.g. en-US de-DE (default: all)")
-    p.add_argument("--session-per-device", action="store_true",
-                   help="one OVOS session per satellite/device instead of one per HA "
-                        "conversation")
-    p.add_argument("--stream", action="store_true",
-                   help="answer with HandledStart/HandledChunk/HandledStop as sentences "
-                        "arrive, and advertise it; only for clients that take them (Home "
-                        "Assistant's conversation agent, as of 2026, does not)")
-    p.add_argument("--zeroconf", nargs="?", const="", metavar="NAME",
-                   help="announce the service over mDNS (_wyoming._tcp) so Home Assistant "
-                        "discovers it; needs the zeroconf package")
-    p.add_argument("--churn-guard", type=float, default=None, metavar="SECONDS",
-                   help="the agent's churn_guard (default 1): 0 for hubs whose answers come "
-                        "from a persona or LLM rather than skills speaking with wait=True; "
-                        "many conversations at once then start without spacing")
-    return p
-
-
-def run_wyoming(args, out: Output) -> int:
-    import asyncio
-    try:
-        import wyoming  # noqa: F401
-    except ImportError:
-        raise ConfigurationError("the Wyoming server needs the `wyoming` package: "
-                                 "pip install wyoming") from None
-    from hivemind_chat_agent.bridges.wyoming_server import WyomingBridge, parse_uri, run_server
-    from hivemind_chat_agent.client.agent import HiveMindChatAgent
-    try:
-        host, port = parse_uri(args.uri)
-    except ValueError as e:
-        raise ConfigurationError(str(e)) from None
-    config = _agent_config(args)
-    config["useragent"] = "hivemind-chat-wyoming"
-    if args.churn_guard is not None:
-        config["churn_guard"] = args.churn_guard
-    agent = HiveMindChatAgent(config)
-    try:
-        bridge = WyomingBridge(agent, args.languages, args.session_per_device,
-                               version=_version(), stream=args.stream)
-        out.info(f"Wyoming conversation service on tcp://{host}:{port}: in Home Assistant, "
-                 "add the Wyoming Protocol integration with this host and port")
-        background.unblock_signals()
-        try:
-            asyncio.run(run_server(bridge, host, port, zeroconf=args.zeroconf, say=out.info))
-        except OSError as e:
-            raise ConfigurationError(f"cannot listen on {args.uri}: {e.strerror or e}") from None
-        except KeyboardInterrupt:
-            return 0
-        return 0
-    finally:
-        agent.shutdown()
-
-
-def _version() -> str:
-    try:
-        import importlib.metadata
-        return importlib.metadata.version("hivemind-chat-agent")
-    except Exception:
-        return ""
-
-
 def run_demo(args, out: Output) -> int:
     from hivemind_chat_agent.client.agent import HiveMindChatAgent
     from hivemind_chat_agent.bridges.demo_engine import AIMLChatEngine
@@ -420,7 +352,11 @@ def main(argv=None) -> int:
     wyoming = bool(argv) and argv[0] == "wyoming"
     if demo or wyoming:
         argv = argv[1:]
-    parser = add_wyoming_options(build_parser()) if wyoming else build_parser()
+    if wyoming:
+        from hivemind_chat_agent.bridges.wyoming_server import add_options
+        parser = add_options(build_parser())
+    else:
+        parser = build_parser()
     args = parser.parse_args(argv)
     out = Output(args.json)
     # Ctrl-C belongs to this thread: the libraries start threads while they load (config
@@ -431,7 +367,8 @@ def main(argv=None) -> int:
         if demo:
             return run_demo(args, out)
         if wyoming:
-            return run_wyoming(args, out)
+            from hivemind_chat_agent.bridges.wyoming_server import serve_from_cli
+            return serve_from_cli(args, out, _agent_config(args))
         from hivemind_chat_agent.client.agent import HiveMindChatAgent
         agent = HiveMindChatAgent(_agent_config(args))
         try:

@@ -11,6 +11,8 @@ What HA hears is always one of those two events, before the agent's own timeout 
 the sentences joined with "\\n" (HA's own separator for several answers), or, when the hub
 understood nothing, failed, went silent or is unreachable, a sentence a person can hear saying
 why. A bad event, a half-closed or hostile connection costs only that connection.
+
+bridges/cli.py hands `hivemind-chat wyoming` to `add_options` / `serve_from_cli` at the end.
 """
 import asyncio
 import hashlib
@@ -249,4 +251,76 @@ def parse_uri(uri: str) -> Tuple[str, int]:
     return parsed.hostname or "0.0.0.0", parsed.port
 
 
-__all__ = ["WyomingBridge", "run_server", "serve_connection", "session_for", "parse_uri"]
+# ---- the command line (bridges/cli.py hands `hivemind-chat wyoming` here) ----
+def add_options(p):
+    """`hivemind-chat wyoming`'s options on top of the CLI's hub options."""
+    p.prog = "hivemind-chat wyoming"
+    p.description = ("Serve Home Assistant's Assist (its Wyoming Protocol integration) as a "
+                     "conversation agent answered by the OVOS hub: each transcript is a turn.")
+    p.add_argument("--uri", default="tcp://0.0.0.0:10700",
+                   help="where to listen (default tcp://0.0.0.0:10700)")
+    p.add_argument("--languages", nargs="*", default=[],
+                   help="languages to advertise, e.g. en-US de-DE (default: all)")
+    p.add_argument("--session-per-device", action="store_true",
+                   help="one OVOS session per satellite/device instead of one per HA "
+                        "conversation")
+    p.add_argument("--stream", action="store_true",
+                   help="answer with HandledStart/HandledChunk/HandledStop as sentences "
+                        "arrive, and advertise it; only for clients that take them (Home "
+                        "Assistant's conversation agent, as of 2026, does not)")
+    p.add_argument("--zeroconf", nargs="?", const="", metavar="NAME",
+                   help="announce the service over mDNS (_wyoming._tcp) so Home Assistant "
+                        "discovers it; needs the zeroconf package")
+    p.add_argument("--churn-guard", type=float, default=None, metavar="SECONDS",
+                   help="the agent's churn_guard (default 1): 0 for hubs whose answers come "
+                        "from a persona or LLM rather than skills speaking with wait=True; "
+                        "many conversations at once then start without spacing")
+    return p
+
+
+def serve_from_cli(args, out, config: Dict[str, Any]) -> int:
+    """`hivemind-chat wyoming`: serve until Ctrl-C; `config` is the CLI's agent config."""
+    from hivemind_chat_agent import background
+    from hivemind_chat_agent.errors import ConfigurationError
+    try:
+        import wyoming  # noqa: F401
+    except ImportError:
+        raise ConfigurationError("the Wyoming server needs the `wyoming` package: "
+                                 "pip install wyoming") from None
+    from hivemind_chat_agent.client.agent import HiveMindChatAgent
+    try:
+        host, port = parse_uri(args.uri)
+    except ValueError as e:
+        raise ConfigurationError(str(e)) from None
+    config = dict(config)
+    config["useragent"] = "hivemind-chat-wyoming"
+    if args.churn_guard is not None:
+        config["churn_guard"] = args.churn_guard
+    agent = HiveMindChatAgent(config)
+    try:
+        bridge = WyomingBridge(agent, args.languages, args.session_per_device,
+                               version=_version(), stream=args.stream)
+        out.info(f"Wyoming conversation service on tcp://{host}:{port}: in Home Assistant, "
+                 "add the Wyoming Protocol integration with this host and port")
+        background.unblock_signals()
+        try:
+            asyncio.run(run_server(bridge, host, port, zeroconf=args.zeroconf, say=out.info))
+        except OSError as e:
+            raise ConfigurationError(f"cannot listen on {args.uri}: {e.strerror or e}") from None
+        except KeyboardInterrupt:
+            return 0
+        return 0
+    finally:
+        agent.shutdown()
+
+
+def _version() -> str:
+    try:
+        import importlib.metadata
+        return importlib.metadata.version("hivemind-chat-agent")
+    except Exception:
+        return ""
+
+
+__all__ = ["WyomingBridge", "run_server", "serve_connection", "session_for", "parse_uri",
+           "add_options", "serve_from_cli"]
