@@ -77,3 +77,14 @@ def test_zero_disables_the_guard():
         start = time.monotonic()
         with gate.change():
             assert time.monotonic() - start < 0.05
+
+
+def test_a_relaxed_gate_neither_spaces_nor_waits():
+    gate = ChurnGate(max_wait=1.0, stagger=0.2)
+    gate.relax()
+    start = time.monotonic()
+    with gate.turn():
+        with gate.turn():          # would be spaced 0.2 s
+            with gate.change():    # would wait up to 1 s for the turns in flight
+                pass
+    assert time.monotonic() - start < 0.05

@@ -114,3 +114,18 @@ def test_the_audio_end_is_repeated_at_doubling_gaps_until_the_turn_ends(monkeypa
     finally:
         c._closed = True
         c._transport.release()
+
+
+def test_the_first_speaker_is_told_once():
+    """The agent relaxes its churn gate when the hub answers through our plugin."""
+    told = []
+    c = HubConnection(CONFIG, Session("mine"), SessionBook("d"), on_speaker=told.append)
+    try:
+        handle = open_turn(c, "mine", "t1")
+        for _ in range(2):
+            c._on_bus(Message("speak", {"utterance": "hi",
+                                        "meta": {"skill": "hivemind-chat-agent-plugin"}},
+                              {"session": {"session_id": "mine"}, TURN_TAG_KEY: "t1"}))
+        assert heard(handle) == ["hi", "hi"] and told == ["hivemind-chat-agent-plugin"]
+    finally:
+        c._transport.release()

@@ -5,6 +5,7 @@ import weakref
 from typing import Any, AsyncIterator, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from ovos_plugin_manager.templates.agents import AgentMessage, ChatEngine, MessageRole
+from ovos_utils.log import LOG
 
 from hivemind_chat_agent.client.config import ClientConfig
 from hivemind_chat_agent.background import off_loop
@@ -12,6 +13,7 @@ from hivemind_chat_agent.client.chat_turn import ChatTurn
 from hivemind_chat_agent.client.connection import HubConnection
 from hivemind_chat_agent.client.turn_driver import TurnDriver, start_driver
 from hivemind_chat_agent.client.transport import preferred_ciphers
+from hivemind_chat_agent.core.protocol_names import CHAT_PLUGIN_NAME
 from hivemind_chat_agent.core.refusals import UtteranceTopic
 from hivemind_chat_agent.errors import AgentClosedError, HiveMindChatError
 from hivemind_chat_agent.client.pool import ConnectionPool
@@ -48,7 +50,8 @@ class HiveMindChatAgent(ChatEngine):
         self.subscribers = Subscribers()
         self.topic = UtteranceTopic(cfg.utterance_topic)   # learnt once per hub, for all
         self.pool = ConnectionPool(cfg, factory=lambda config, session: HubConnection(
-            config, session, self.sessions, self.subscribers.deliver, topic=self.topic))
+            config, session, self.sessions, self.subscribers.deliver, topic=self.topic,
+            on_speaker=self._heard_speaker))
         self._locks: "weakref.WeakValueDictionary[str, _SessionLock]" = \
             weakref.WeakValueDictionary()
         self._locks_guard = threading.Lock()
@@ -240,6 +243,12 @@ class HiveMindChatAgent(ChatEngine):
         with self._locks_guard:
             if self._running.get(sid) is turn:
                 del self._running[sid]
+
+    def _heard_speaker(self, speaker: str) -> None:
+        """The hub answers through our plugin: its churn hazards are not there (churn_gate)."""
+        if speaker == CHAT_PLUGIN_NAME and self.pool.gate.stagger:
+            LOG.debug("the hub answers through hivemind-chat-agent-plugin: turns need no spacing")
+            self.pool.gate.relax()
 
     def _in_use(self, current: str) -> set:
         """Sessions whose state must stay in memory: turns in progress, subscriptions."""

@@ -77,11 +77,14 @@ class HubConnection:
     def __init__(self, config: ClientConfig, session: Session, book: SessionBook,
                  on_aside: Callable[[str, str], None] = lambda sid, text: None,
                  clock: Callable[[], float] = time.monotonic,
-                 topic: Optional[UtteranceTopic] = None):
+                 topic: Optional[UtteranceTopic] = None,
+                 on_speaker: Callable[[str], None] = lambda speaker: None):
         self.config = config
         self.session_id = session.session_id
         self._book = book
         self._on_aside = on_aside   # a sentence spoken outside any turn (socket thread)
+        self._on_speaker = on_speaker   # what answers on this hub, told once (socket thread)
+        self._speaker_told = False
         # hivemind-core files connections under "useragent::client::name::session": two with
         # the same name and session (two processes, or a reconnect racing the old close) would
         # overwrite each other's entry, so every connection gets a name of its own.
@@ -313,6 +316,9 @@ class HubConnection:
             return
         if routing.ignored:
             LOG.debug(f"ignoring reply: {routing.ignored}")
+        if reply.kind is ReplyKind.SPEAK and reply.speaker and not self._speaker_told:
+            self._speaker_told = True
+            self._on_speaker(reply.speaker)
         if reply.kind is ReplyKind.SPEAK and not self.config.plays_audio:
             if routing.events:
                 time.sleep(0)   # let the woken caller take the sentence before we encrypt

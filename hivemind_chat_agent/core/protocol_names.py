@@ -34,6 +34,9 @@ STOP_TYPE = "mycroft.stop"
 STOP_TYPES = frozenset({STOP_TYPE, "ovos.stop"})
 STOP_RESPONSE_SUFFIX = ".stop.response"   # "<skill_id>.stop.response", {"result": stopped}
 
+# The name our hub plugin answers under (`meta.skill` of its speech, its stop answers).
+CHAT_PLUGIN_NAME = "hivemind-chat-agent-plugin"
+
 # Context key carrying a per-turn id. OVOS replies copy the request's context, so replies that
 # come back with it can be matched to their turn exactly; replies without it fall back to
 # matching by session.

@@ -39,6 +39,7 @@ class Reply:
     skill_id: str = ""                      # the asking skill, for QUESTION_OPEN / ANSWER_TAKEN
     reason: str = ""                        # UNMATCHED: why, when the hub says (busy, ...)
     detail: str = ""                        # UNMATCHED: the hub's words for it
+    speaker: str = ""                       # SPEAK: what spoke it (data.meta.skill)
 
 
 def parse_reply(msg_type: Any, data: Any, context: Any) -> Tuple[Optional[Reply], str]:
@@ -69,8 +70,11 @@ def parse_reply(msg_type: Any, data: Any, context: Any) -> Tuple[Optional[Reply]
             return None, f"{msg_type}: utterance is not a string"
         if len(utterance) > MAX_UTTERANCE_CHARS:
             return None, f"{msg_type}: utterance of {len(utterance)} chars is too long"
+        meta = data.get("meta")
+        speaker = meta.get("skill") if isinstance(meta, Mapping) else None
         return Reply(ReplyKind.SPEAK, msg_type, session_id, session, tag, utterance,
-                     data.get("expect_response") is True), ""
+                     data.get("expect_response") is True,
+                     speaker=speaker[:100] if isinstance(speaker, str) else ""), ""
     if msg_type in HANDLED_TYPES:
         kind = ReplyKind.HANDLED
     elif msg_type in UNMATCHED_TYPES:

@@ -7,7 +7,7 @@ from ovos_plugin_manager.templates.agents import ChatEngine
 
 from hivemind_chat_agent.errors import ConfigurationError
 
-PLUGIN_NAME = "hivemind-chat-agent-plugin"
+from hivemind_chat_agent.core.protocol_names import CHAT_PLUGIN_NAME as PLUGIN_NAME  # noqa: E402
 
 
 @dataclass(frozen=True)
