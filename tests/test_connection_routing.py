@@ -83,7 +83,7 @@ def test_an_untagged_namespaced_reply_is_ours_only_under_our_own_prefix(conn):
     assert heard(handle) == ["tagged", "untagged, ours"]
 
 
-def test_the_audio_end_is_repeated_at_doubling_gaps_until_the_turn_ends(monkeypatch):
+def test_the_audio_end_is_repeated_at_growing_gaps_until_the_turn_ends(monkeypatch):
     """ovos-core may subscribe to the audio end after our report (a skill's
     wait_while_speaking checks, then listens): repeats while the turn is open cover a late
     listener, and stop once the turn is over."""

@@ -18,8 +18,8 @@ from hivemind_chat_agent.core.protocol_names import (AUDIO_OUTPUT_END_TYPE, STOP
                                                      TURN_TAG_KEY)
 from hivemind_chat_agent.errors import HiveMindChatError
 
-AUDIO_END_ECHO = 0.5       # seconds before the first repeat; see SatelliteReports.echo_later
-AUDIO_END_ECHO_MAX = 4.0   # the longest gap between repeats while the turn stays open
+AUDIO_END_ECHO = 0.25      # seconds before the first repeat; see SatelliteReports.echo_later
+AUDIO_END_ECHO_MAX = 1.0   # the longest gap between repeats while the turn stays open
 MAX_STOPS_AWAITED = 16     # stopped turns whose "<skill>.stop.response" we still listen for
 
 # What is lost where a hub's policy refuses each of them.
@@ -66,13 +66,14 @@ class SatelliteReports:
     def echo_later(self, session_id: str, tag: Optional[str],
                    delay: Optional[float] = None) -> None:
         """Report the audio end once more, `delay` later (once per session, however many
-        sentences came meanwhile), and again at doubling gaps while that session's turn stays
-        open. Reported at once, it can reach ovos-core before the skill's `wait_while_speaking`
+        sentences came meanwhile), and again at gaps growing to a second while that
+        session's turn stays open. Reported at once, it can reach ovos-core before the skill's `wait_while_speaking`
         listens for it (ovos-bus-client 2.x checks the session's speaking flag, then
         subscribes): the skill then waits out its 15 s timeout. On a loaded machine that gap
         was seen to pass 0.5 s (six skills speaking with wait=True at once on ovos-core 3.7
-        behind hivemind-core 5.3.10a1), so one repeat is not enough. A text client plays
-        nothing: "audio ended" is always true, and repeating it costs one small frame."""
+        behind hivemind-core 5.3.10a1: 16 s with one repeat), and with gaps doubling to 4 s a
+        late listener still waited 3.5 s; so the gap stays at most a second. A text client
+        plays nothing: "audio ended" is always true, and a repeat costs one small frame."""
         delay = AUDIO_END_ECHO if delay is None else delay
         with self._lock:
             fresh = not self._echoes
