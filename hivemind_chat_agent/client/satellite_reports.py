@@ -84,14 +84,15 @@ class SatelliteReports:
             background.start(timer)
 
     def _echo(self, delay: float) -> None:
+        """Only for turns still open: once `handled` came, no skill of the turn waits any
+        more, and a frame more is a frame that a stock 4.0 hub plugin may be forwarding while
+        another client connects (the race churn_gate keeps turns away from; seen as five of
+        six parallel first greetings lost on ovos-core 2.1.1 when repeats outlived turns)."""
         with self._lock:
             echoes, self._echoes = self._echoes, {}
         for session_id, tag in echoes.items():
-            self.audio_end(session_id, tag)
-        if not self._usable():
-            return
-        for session_id, tag in echoes.items():
-            if self._turn_open(session_id):
+            if self._usable() and self._turn_open(session_id):
+                self.audio_end(session_id, tag)
                 self.echo_later(session_id, tag, min(delay * 2, AUDIO_END_ECHO_MAX))
 
     # ---- stop ----
