@@ -64,7 +64,7 @@ class HiveMindChatAgent(ChatEngine):
                       lang: Optional[str] = None, units: Optional[str] = None,
                       tools: Any = None) -> AgentMessage:
         turn, driver = self._send(messages, session_id, lang, units)
-        turn._attach(driver.terminate, threading.current_thread())
+        driver.adopt()
         driver.run()          # here: the caller waits anyway, and a thread would cost a hop
         return AgentMessage(role=MessageRole.ASSISTANT, content=turn.full_response(0))
 
@@ -110,7 +110,7 @@ class HiveMindChatAgent(ChatEngine):
             except BaseException as e:
                 settle(None, e)
                 return
-            turn._attach(driver.terminate, threading.current_thread())
+            driver.adopt()
             settle(turn, None)
             driver.run()
         turn = await off_loop(send_then_drive, abandon=ChatTurn.terminate)
@@ -130,7 +130,7 @@ class HiveMindChatAgent(ChatEngine):
             except BaseException as e:
                 settle(None, e)
                 return
-            turn._attach(driver.terminate, threading.current_thread())
+            driver.adopt()
             started.append(turn)
             if gave_up:
                 turn.terminate()

@@ -98,31 +98,14 @@ class ChatTurn:
         """Each sentence as it arrives, from the first; ends with the turn, raising its error
         (every iterator of a turn sees every sentence)."""
         self._start_reading()
-        index = 0
-        while True:
-            with self._cond:
-                while index >= len(self._sentences) and not self._done.is_set():
-                    self._cond.wait()
-                if index < len(self._sentences):
-                    sentence = self._sentences[index]
-                    index += 1
-                else:
-                    break
-            yield sentence
+        yield from self._follow()
         error = self.get_exception()
         if error is not None:
             raise error
 
     async def __aiter__(self) -> AsyncIterator[str]:
         self._start_reading()
-        index = 0
-        while True:
-            await self._until(lambda: index < len(self._sentences) or self._done.is_set())
-            with self._cond:
-                if index >= len(self._sentences):
-                    break
-                sentence = self._sentences[index]
-                index += 1
+        async for sentence in self._afollow():
             yield sentence
         error = self.get_exception()
         if error is not None:
@@ -148,8 +131,7 @@ class ChatTurn:
         except RuntimeError:
             loop = None
         if inspect.iscoroutinefunction(callback) and loop is not None:
-            task = loop.create_task(self._deliver_on_loop(callback))
-            self._delivering = _LoopTask(task)
+            self._delivering = loop.create_task(self._deliver_on_loop(callback))
         else:
             thread = threading.Thread(target=self._deliver_on_thread, args=(callback,),
                                       daemon=True, name=f"hivemind-chat-callback-"
@@ -235,24 +217,41 @@ class ChatTurn:
             with self._cond:
                 self._wakers.remove(waker)
 
-    def _backlog(self, index: int) -> Tuple[Optional[str], bool]:
-        """(the sentence at `index` or None, whether the turn has ended) under the lock."""
-        with self._cond:
-            sentence = self._sentences[index] if index < len(self._sentences) else None
-            return sentence, self._outcome is not None
+    def _next(self, index: int) -> Optional[str]:
+        """The sentence at `index`, or None once the turn has ended without one (caller holds
+        the lock and has waited until either is true)."""
+        return self._sentences[index] if index < len(self._sentences) else None
+
+    def _follow(self) -> Iterator[str]:
+        """Every sentence from the first, waiting (on this thread) for more until the end."""
+        index = 0
+        while True:
+            with self._cond:
+                while index >= len(self._sentences) and self._outcome is None:
+                    self._cond.wait()
+                sentence = self._next(index)
+            if sentence is None:
+                return
+            index += 1
+            yield sentence
+
+    async def _afollow(self) -> AsyncIterator[str]:
+        """`_follow` for an event loop: it waits without blocking the loop."""
+        index = 0
+        while True:
+            await self._until(lambda: index < len(self._sentences) or
+                              self._outcome is not None)
+            with self._cond:
+                sentence = self._next(index)
+            if sentence is None:
+                return
+            index += 1
+            yield sentence
 
     def _deliver_on_thread(self, callback: Callable[[str], Any]) -> None:
         loop = asyncio.new_event_loop() if inspect.iscoroutinefunction(callback) else None
-        index = 0
         try:
-            while True:
-                with self._cond:
-                    while index >= len(self._sentences) and self._outcome is None:
-                        self._cond.wait()
-                sentence, ended = self._backlog(index)
-                if sentence is None and ended:
-                    return
-                index += 1
+            for sentence in self._follow():
                 try:
                     if loop is not None:
                         loop.run_until_complete(callback(sentence))
@@ -267,15 +266,8 @@ class ChatTurn:
             self._delivered()
 
     async def _deliver_on_loop(self, callback: Callable[[str], Any]) -> None:
-        index = 0
         try:
-            while True:
-                await self._until(lambda: index < len(self._sentences) or
-                                  self._outcome is not None)
-                sentence, ended = self._backlog(index)
-                if sentence is None and ended:
-                    return
-                index += 1
+            async for sentence in self._afollow():
                 try:
                     await callback(sentence)
                 except Exception:
@@ -303,9 +295,3 @@ class ChatTurn:
         return (f"<ChatTurn session={self.session_id!r} status={self._status.value} "
                 f"sentences={len(self._sentences)}>")
 
-
-class _LoopTask:
-    """Stands in for the delivery thread when the callback runs as a task on an event loop."""
-
-    def __init__(self, task: "asyncio.Task"):
-        self.task = task

@@ -79,6 +79,11 @@ class TurnDriver:
             self.release(outcome)
             turn._end(outcome)
 
+    def adopt(self, thread: Optional[threading.Thread] = None) -> None:
+        """Make `thread` (this one by default) the turn's driver: the ChatTurn then knows
+        whom terminate() asks, and not to wait for itself."""
+        self.turn._attach(self.terminate, thread or threading.current_thread())
+
     def terminate(self) -> None:
         """Barge-in (any thread): tell the hub to stop this session's answer, then end the
         turn here at once; its late replies carry its tag and reach no later turn."""
@@ -140,5 +145,5 @@ class TurnDriver:
 def start_driver(driver: TurnDriver) -> threading.Thread:
     thread = threading.Thread(target=driver.run, daemon=True,
                               name=f"hivemind-chat-turn-{driver.session_id}")
-    driver.turn._attach(driver.terminate, thread)
+    driver.adopt(thread)
     return background.start(thread)
