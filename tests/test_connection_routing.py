@@ -129,3 +129,22 @@ def test_the_first_speaker_is_told_once():
         assert heard(handle) == ["hi", "hi"] and told == ["hivemind-chat-agent-plugin"]
     finally:
         c._transport.release()
+
+
+def test_a_send_that_races_the_hubs_pin_refusal_raises_the_refusal():
+    """A 5.x hub checks our static key only after the last handshake message: the transport
+    has dropped the channel, but the socket thread has not yet read the close (a clean-clone
+    CI run raised "refusing to send before the connection is encrypted" instead of the fix)."""
+    import threading
+    from hivemind_chat_agent.errors import ClientKeyRefusedError
+    c = HubConnection(CONFIG, Session("mine"), SessionBook("d"))
+    c._ready.set()                # the client's side of the handshake finished
+    c.many_sessions = True        # a v3 channel, since dropped by the transport
+    late_close = threading.Timer(0.2, c._transport.on_close, (None, 1008, "invalid message"))
+    late_close.start()
+    try:
+        with pytest.raises(ClientKeyRefusedError, match="reset-noise-pin"):
+            c.start_turn(Session("mine"), "hello", "t1", timeout=5)
+    finally:
+        late_close.cancel()
+        c._transport.release()

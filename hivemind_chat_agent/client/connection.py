@@ -97,6 +97,7 @@ class HubConnection:
         self._handles: Dict[str, TurnHandle] = {}
         self._ready = threading.Event()
         self._done = threading.Event()      # ready or failed, whichever first
+        self._settled = threading.Event()   # the socket thread has said how the socket ended
         self._error: Optional[HiveMindChatError] = None
         self._opened = False
         self._closed = False
@@ -146,6 +147,7 @@ class HubConnection:
         """Close the socket and end the socket thread; waiting turns end as LOST."""
         self._closed = True
         self._transport.stop()
+        self._settled.set()
         self._fail_turns("the connection was closed")
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
@@ -194,6 +196,9 @@ class HubConnection:
         try:
             self._transport.emit(HiveMessage(HiveMessageType.BUS, payload=message))
         except HiveMindChatError:
+            # The transport drops the channel before the socket thread reads the hub's close;
+            # a 5.x hub refusing our pinned key right after the handshake lands in between.
+            self._settled.wait(1.0)
             if self._error is not None:     # the hub refused us meanwhile: say why
                 raise self._error from None
             raise
@@ -424,10 +429,12 @@ class HubConnection:
         if refusal is not None:    # a 5.x hub checks our pinned key after the handshake
             if self._error is None:
                 self._error = refusal
+            self._settled.set()
             with self._lock:
                 waiting = list(self._handles.values())
             self._refuse(waiting, refusal)
             return
+        self._settled.set()
         self._fail_turns(f"the connection to the hub broke during the turn ({type(broken).__name__}): "
                          "the stream was corrupted" if broken is not None else
                          "the hub closed the connection during the turn")
@@ -436,6 +443,7 @@ class HubConnection:
         if self._error is None:
             self._error = error
         self._closed = True
+        self._settled.set()
         self._done.set()
         self._transport.stop()
 
@@ -447,6 +455,7 @@ class HubConnection:
             self._fail(error)
             return
         self._closed = True
+        self._settled.set()
         self._fail_turns(reason, kind=opened.verdict.value)
         self._transport.stop()
 
