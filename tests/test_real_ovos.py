@@ -263,3 +263,25 @@ def test_barge_in_stops_a_genuine_skill_mid_answer(ovos_creds, make_agent):
     time.sleep(2.5)               # counting would have gone on, a number a second
     assert heard == [], heard
     sub.close()
+
+
+def test_home_assistant_through_wyoming_greets_and_asks_over_two_transcripts(ovos_creds,
+                                                                          make_agent):
+    """Assist's turns as Home Assistant sends them (one connection each): a skill's question is
+    answered by the next transcript of that conversation, and another conversation meanwhile
+    is its own session."""
+    from wyoming.handle import Handled
+    from home_assistant import Server, turn
+    server = Server(make_agent(ovos_creds.agent_config(timeout=30)))
+    try:
+        hello = turn(server.port, "hello world", conversation_id="ha-greet")
+        assert isinstance(hello, Handled) and hello.text == "Hello world"
+        question = turn(server.port, "set an alarm", conversation_id="ha-alarm")
+        assert isinstance(question, Handled) and "time" in question.text.lower(), question
+        other = turn(server.port, "hello world", conversation_id="ha-other")
+        assert other.text == "Hello world"          # not taken as the alarm's time
+        answer = turn(server.port, "in five hours", conversation_id="ha-alarm")
+        assert isinstance(answer, Handled), answer
+        assert "alarm is set for" in answer.text.lower() and "five hours" in answer.text
+    finally:
+        server.stop()

@@ -1,57 +1,20 @@
 """`hivemind-chat wyoming` driven exactly as Home Assistant's Wyoming integration drives a
-conversation service (homeassistant/components/wyoming/conversation.py): the real `wyoming`
-client library, `Describe` -> `Info` once, then one TCP connection per turn carrying
-`Transcript(text, context={conversation_id, device_id, satellite_id}, language)`, read until
-`Handled` / `NotHandled`. Behind it, genuine hivemind-core hubs of both generations (the
-OVOS-like test pipeline)."""
+conversation service, with the real `wyoming` client library (tests/home_assistant.py). Behind
+it, genuine hivemind-core hubs of both generations (the OVOS-like test pipeline); the genuine
+ovos-core behind it is in test_real_ovos.py."""
 import asyncio
 import socket
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
-from wyoming.asr import Transcript
-from wyoming.client import AsyncTcpClient
 from wyoming.handle import Handled, NotHandled
-from wyoming.info import Describe, Info
 
+from home_assistant import Server, describe, ha_turn, streamed_turn, turn
 from hubs import free_port
 from hivemind_chat_agent import HiveMindChatAgent
-from hivemind_chat_agent.bridges.wyoming_server import SPOKEN, WyomingBridge, run_server
-
-
-class Server:
-    """run_server on an event loop of its own thread, as `hivemind-chat wyoming` runs it."""
-
-    def __init__(self, agent, **options):
-        self.port = free_port()
-        self.bridge = WyomingBridge(agent, version="test", **options)
-        self.loop = asyncio.new_event_loop()
-        self._task = None
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
-                return
-            except OSError:
-                time.sleep(0.02)
-        raise RuntimeError("the Wyoming server did not start")
-
-    def _run(self):
-        asyncio.set_event_loop(self.loop)
-        self._task = self.loop.create_task(run_server(self.bridge, "127.0.0.1", self.port))
-        try:
-            self.loop.run_until_complete(self._task)
-        except asyncio.CancelledError:
-            pass
-
-    def stop(self):
-        self.loop.call_soon_threadsafe(self._task.cancel)
-        self.thread.join(5)
+from hivemind_chat_agent.bridges.wyoming_server import SPOKEN, WyomingBridge
 
 
 @pytest.fixture
@@ -59,39 +22,6 @@ def served(creds, make_agent):
     server = Server(make_agent(creds.agent_config(timeout=5)))
     yield server
     server.stop()
-
-
-async def ha_turn(port, text, conversation_id="c1", device_id="dev-1", satellite_id=None,
-                  language="en-US"):
-    """One Assist turn as Home Assistant runs it: a connection, a Transcript, the answer."""
-    context = {"conversation_id": conversation_id}
-    if device_id:
-        context["device_id"] = device_id
-    if satellite_id:
-        context["satellite_id"] = satellite_id
-    async with AsyncTcpClient("127.0.0.1", port) as client:
-        await client.write_event(Transcript(text, context=context, language=language).event())
-        while True:
-            event = await asyncio.wait_for(client.read_event(), 30)
-            if event is None:
-                raise ConnectionError("the server closed the connection without an answer")
-            if Handled.is_type(event.type):
-                return Handled.from_event(event)
-            if NotHandled.is_type(event.type):
-                return NotHandled.from_event(event)
-
-
-def turn(port, text, **kw):
-    return asyncio.run(ha_turn(port, text, **kw))
-
-
-async def describe(port):
-    async with AsyncTcpClient("127.0.0.1", port) as client:
-        await client.write_event(Describe().event())
-        while True:
-            event = await asyncio.wait_for(client.read_event(), 10)
-            if Info.is_type(event.type):
-                return Info.from_event(event)
 
 
 def test_describe_offers_one_installed_handle_program(served):
@@ -223,19 +153,6 @@ def test_a_server_agent_is_an_ordinary_agent(creds):
         assert WyomingBridge(agent).info_event().type == "info"
     finally:
         agent.shutdown()
-
-
-async def streamed_turn(port, text, conversation_id="s1"):
-    """A client that takes streamed answers: every event until HandledStop or NotHandled."""
-    events = []
-    async with AsyncTcpClient("127.0.0.1", port) as client:
-        await client.write_event(Transcript(text, context={"conversation_id": conversation_id},
-                                            language="en-US").event())
-        while True:
-            event = await asyncio.wait_for(client.read_event(), 30)
-            events.append(event)
-            if event.type in ("handled-stop", "not-handled", "handled"):
-                return events
 
 
 def test_streamed_answers_for_clients_that_take_them(creds, make_agent, served):
