@@ -241,3 +241,32 @@ def test_a_timed_out_turn_keeps_its_connection_and_its_late_answer_is_an_aside(c
     assert sub.get(timeout=5) == "slow sentence 1"
     assert agent.pool.peek("late") is conn
     sub.close()
+
+
+def test_spare_connections_become_new_sessions_own_with_their_state_apart(creds, make_agent):
+    """A spare did its handshake without a HELLO: claimed, its HELLO binds the new session
+    (4.x), and the spares refill once no turn is in flight."""
+    agent = make_agent(creds.agent_config(spare_connections=3,
+                                          share_connections=False))   # 5.x: as on 4.x
+    agent.warm_up()
+    deadline = time.monotonic() + 10
+    while len(agent.pool.spares) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    spares = set(map(id, agent.pool.spares._ready))
+    assert len(spares) == 3
+    for k in range(3):
+        assert agent.get_response(f"remember word{k}", session_id=f"spare-{k}")
+    assert {id(agent.pool._conns[f"spare-{k}"]) for k in range(3)} == spares
+    for k in range(3):
+        assert agent.get_response("recall", session_id=f"spare-{k}") == f"you said word{k}"
+        assert agent.get_response("whoami", session_id=f"spare-{k}") == f"session spare-{k}"
+    while len(agent.pool.spares) < 3 and time.monotonic() < deadline + 10:
+        time.sleep(0.05)
+    assert len(agent.pool.spares) == 3 and len(agent.pool) == 3
+
+
+def test_warm_up_raises_a_refused_key_at_once(creds, make_agent):
+    from hivemind_chat_agent import AccessKeyRejectedError
+    agent = make_agent({**creds.agent_config(), "key": "0" * 32})
+    with pytest.raises(AccessKeyRejectedError):
+        agent.warm_up()

@@ -242,3 +242,24 @@ def test_yes_no_config_keys_read_strings_as_people_mean_them():
     assert ClientConfig.from_dict({**base, "plays_audio": "yes"}).plays_audio is True
     with pytest.raises(ConfigurationError, match="plays_audio"):
         ClientConfig.from_dict({**base, "plays_audio": "maybe"})
+
+
+def test_a_denial_plan_retries_refuses_or_leaves_turns_to_their_timeout():
+    from hivemind_chat_agent.core.refusals import (ACL_DENIED, CURRENT_UTTERANCE_TYPE,
+                                                   UTTERANCE_TOPICS, UtteranceTopic,
+                                                   plan_denial)
+    legacy = UTTERANCE_TOPICS[0]
+    plan = plan_denial(legacy, ACL_DENIED, "no", {}, 3, UtteranceTopic())
+    assert plan.retry == CURRENT_UTTERANCE_TYPE and plan.refuse is None
+    topic = UtteranceTopic()
+    topic.denied(CURRENT_UTTERANCE_TYPE)
+    plan = plan_denial(legacy, ACL_DENIED, "no", {}, 2, topic)     # both names denied now
+    assert plan.retry is None and "allow-msg" in str(plan.refuse)
+    forced = plan_denial(legacy, ACL_DENIED, "no", {"allowed": [CURRENT_UTTERANCE_TYPE]}, 1,
+                         UtteranceTopic(legacy))
+    assert forced.retry is None and legacy in str(forced.refuse)
+    quota = plan_denial(legacy, "rate_limited", "slow down", {}, 1, UtteranceTopic())
+    assert "rate_limited" in str(quota.refuse)
+    unsure = plan_denial(legacy, "rate_limited", "slow down", {}, 2, UtteranceTopic())
+    assert unsure.refuse is None and unsure.retry is None and unsure.loud
+    assert plan_denial(legacy, ACL_DENIED, "", {}, 0, UtteranceTopic()).note

@@ -1,4 +1,6 @@
 """ConnectionPool bookkeeping with fake connections and a fake clock (no sockets)."""
+import time
+
 import pytest
 from ovos_bus_client.session import Session
 
@@ -12,7 +14,8 @@ class FakeConnection:
     many_sessions = False          # a 4.x hub
 
     def __init__(self, config, session):
-        self.session_id = session.session_id
+        self.session_id = session.session_id if session is not None else ""   # "": a spare
+        self.useragent = f"fake-{len(FakeConnection.opened)}"
         self.alive = True
         self.leases = 0
         self.last_used = 0.0
@@ -20,6 +23,11 @@ class FakeConnection:
         FakeConnection.opened.append(self)
 
     def connect(self):
+        return self
+
+    def claim(self, session):
+        assert self.session_id == "" and self.alive
+        self.session_id = session.session_id
         return self
 
     def close(self):
@@ -180,3 +188,63 @@ def test_idle_shared_connections_are_reaped_unless_someone_listens(shared_pool):
     assert shared_pool.reap_idle() == 0 and conn.alive
     shared_pool.unpin("s1")
     assert shared_pool.reap_idle() == 1 and not conn.alive and len(shared_pool) == 0
+
+
+def spare_pool(count, factory=FakeConnection):
+    FakeConnection.opened = []
+    config = ClientConfig.from_dict({"host": "127.0.0.1", "key": "k", "password": "p",
+                                     "spare_connections": count, "churn_guard": 0})
+    return ConnectionPool(config, factory=factory)
+
+
+def settle(pool, count):
+    deadline = time.monotonic() + 5
+    while len(pool.spares) < count and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return len(pool.spares)
+
+
+def test_warm_up_fills_spares_and_a_new_session_claims_one_without_a_handshake():
+    pool = spare_pool(3)
+    try:
+        pool.warm()
+        assert settle(pool, 3) == 3 and len(FakeConnection.opened) == 3
+        conn = pool.acquire(Session("new"))
+        assert conn.session_id == "new" and conn in FakeConnection.opened[:3]
+        assert len(FakeConnection.opened) == 3          # claimed, not opened
+        assert len(pool.spares) == 2                    # no refill while a turn holds one
+        time.sleep(0.3)
+        assert len(pool.spares) == 2
+        pool.release(conn)
+        assert settle(pool, 3) == 3 and len(FakeConnection.opened) == 4
+        assert pool.acquire(Session("new")) is conn     # a known session keeps its own
+    finally:
+        pool.close_all()
+    assert not any(c.alive for c in FakeConnection.opened)
+
+
+def test_a_dead_spare_is_skipped_and_without_spares_a_session_connects():
+    pool = spare_pool(1)
+    try:
+        pool.warm()
+        assert settle(pool, 1) == 1
+        FakeConnection.opened[0].alive = False          # the hub restarted meanwhile
+        conn = pool.acquire(Session("a"))
+        assert conn is not FakeConnection.opened[0] and conn.session_id == "a"
+        none = spare_pool(0)
+        none.warm()                                     # learns the hub, keeps nothing
+        assert len(none.spares) == 0 and not FakeConnection.opened[0].alive
+        none.close_all()
+    finally:
+        pool.close_all()
+
+
+def test_a_sharing_hub_has_no_spares_and_warm_up_opens_the_shared_connection():
+    pool = spare_pool(4, factory=SharingConnection)
+    try:
+        pool.warm()
+        time.sleep(0.2)
+        assert len(FakeConnection.opened) == 1 and len(pool.spares) == 0
+        assert pool.acquire(Session("x")) is FakeConnection.opened[0]
+    finally:
+        pool.close_all()

@@ -144,6 +144,7 @@ def test_the_command_line_serves_home_assistant(creds, tmp_path):
     output = proc.stderr.read() + proc.stdout.read()
     assert creds.password not in output
     assert "not announced" in output          # --zeroconf on a loopback address says so
+    assert "connected to the hub" in output   # at start, not at the first transcript
 
 
 def test_a_server_agent_is_an_ordinary_agent(creds):

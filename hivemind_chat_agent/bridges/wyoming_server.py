@@ -82,6 +82,17 @@ class WyomingBridge:
                                 supports_handled_streaming=self.stream)
         return Info(handle=[program]).event()
 
+    async def warm_up(self, say=lambda text: None) -> None:
+        """Connect at start, so that a wrong key or a dead hub is told now rather than at the
+        first transcript, and a 4.x hub's spare connections are ready for new conversations."""
+        try:
+            await self.agent.awarm_up()
+        except HiveMindChatError as e:
+            say(f"the hub is not ready ({type(e).__name__}: {e}); until it is, each transcript "
+                "is answered NotHandled saying so")
+            return
+        say("connected to the hub")
+
     async def answer(self, text: str, context: Dict[str, Any], language: Optional[str],
                      peer: str):
         """The events answering one transcript, ending with Handled, NotHandled or (when
@@ -215,8 +226,9 @@ async def advertise(port: int, host: str, name: Optional[str]) -> Optional[str]:
 async def run_server(bridge: WyomingBridge, host: str, port: int,
                      started: Optional[asyncio.Future] = None,
                      zeroconf: Optional[str] = None,
-                     say=lambda text: None) -> None:
-    """Serve until cancelled. `zeroconf`: announce under that name ("" for the default)."""
+                     say=lambda text: None, warm: bool = False) -> None:
+    """Serve until cancelled. `zeroconf`: announce under that name ("" for the default);
+    `warm`: connect to the hub at once (`WyomingBridge.warm_up`) while serving."""
     connections = set()
 
     async def connection(reader, writer):
@@ -229,6 +241,8 @@ async def run_server(bridge: WyomingBridge, host: str, port: int,
     server = await asyncio.start_server(connection, host=host, port=port, limit=MAX_LINE)
     if started is not None and not started.done():
         started.set_result(server.sockets[0].getsockname()[1])
+    if warm:
+        connections.add(asyncio.create_task(bridge.warm_up(say)))
     if zeroconf is not None:
         why_not = await advertise(port, host, zeroconf)
         say(why_not or f"announced on the network as {zeroconf or 'this machine'} "
@@ -275,6 +289,10 @@ def add_options(p):
                    help="the agent's churn_guard (default 1): 0 for hubs whose answers come "
                         "from a persona or LLM rather than skills speaking with wait=True; "
                         "many conversations at once then start without spacing")
+    p.add_argument("--spare-connections", type=int, default=2, metavar="N",
+                   help="on a HiveMind 4.x hub, keep N connections with the handshake done, "
+                        "so a new conversation pays none (default 2; 0 to keep none); 5.x "
+                        "hubs carry every conversation over one connection and need none")
     return p
 
 
@@ -296,6 +314,7 @@ def serve_from_cli(args, out, config: Dict[str, Any]) -> int:
     config["useragent"] = "hivemind-chat-wyoming"
     if args.churn_guard is not None:
         config["churn_guard"] = args.churn_guard
+    config["spare_connections"] = args.spare_connections
     agent = HiveMindChatAgent(config)
     try:
         bridge = WyomingBridge(agent, args.languages, args.session_per_device,
@@ -304,7 +323,8 @@ def serve_from_cli(args, out, config: Dict[str, Any]) -> int:
                  "add the Wyoming Protocol integration with this host and port")
         background.unblock_signals()
         try:
-            asyncio.run(run_server(bridge, host, port, zeroconf=args.zeroconf, say=out.info))
+            asyncio.run(run_server(bridge, host, port, zeroconf=args.zeroconf, say=out.info,
+                                   warm=True))
         except OSError as e:
             raise ConfigurationError(f"cannot listen on {args.uri}: {e.strerror or e}") from None
         except KeyboardInterrupt:

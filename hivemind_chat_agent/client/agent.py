@@ -155,6 +155,21 @@ class HiveMindChatAgent(ChatEngine):
         finally:
             turn.terminate()
 
+    def warm_up(self) -> None:
+        """Connect now, not at the first turn: a wrong key or a dead hub raises its typed error
+        here, and on a 4.x hub `spare_connections` handshaken connections start filling, so a
+        new session's first turn pays no handshake. Servers call it at start."""
+        if self._closed:
+            raise AgentClosedError("this agent was shut down; create a new one to chat again")
+        self.pool.warm()
+
+    async def awarm_up(self) -> None:
+        """`warm_up` off the event loop."""
+        def work(settle):
+            self.warm_up()
+            settle(None, None)
+        await off_loop(work)
+
     def subscribe(self, session_id: str = "default",
                   callback: Optional[Callable[[str], None]] = None) -> Subscription:
         """What the hub says in this session between turns (alarms, reminders, late answers).

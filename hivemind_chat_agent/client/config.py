@@ -26,6 +26,7 @@ class ClientConfig:
     max_connections: int = 32       # one per active session_id on a 4.x hub
     shared_connections: int = 4     # all session_ids, on a hub that reads each message's Session
     share_connections: bool = True  # False: a connection per session_id on every hub
+    spare_connections: int = 0      # handshaken connections kept for new sessions on a 4.x hub
     idle_timeout: float = 300.0     # an idle connection is closed after this long
     default_session_id: str = ""    # what the caller's "default" session_id becomes
     session_store: Optional[str] = None   # directory keeping sessions across processes
@@ -71,6 +72,7 @@ class ClientConfig:
             connect_timeout = float(config.get("connect_timeout", 10))
             max_connections = int(config.get("max_connections", 32))
             shared = int(config.get("shared_connections", 4))
+            spares = int(config.get("spare_connections", 0))
             idle_timeout = float(config.get("idle_timeout", 300))
             store_max = int(config.get("session_store_max", 1000))
             store_ttl = float(config.get("session_store_ttl", 30 * 86400))
@@ -82,6 +84,8 @@ class ClientConfig:
             raise ConfigurationError(f"invalid number in agent config: {e}") from None
         if not 1 <= shared <= 64:
             raise ConfigurationError("shared_connections must be between 1 and 64")
+        if not 0 <= spares <= 64:
+            raise ConfigurationError("spare_connections must be between 0 and 64")
         if timeout <= 0 or connect_timeout <= 0 or max_connections < 1 or idle_timeout <= 0 \
                 or store_max < 1 or store_ttl <= 0 or churn_guard < 0 \
                 or max_frame < 4096 or max_sessions < 1 or idle_ttl <= 0:
@@ -113,6 +117,7 @@ class ClientConfig:
                    max_connections=max_connections, idle_timeout=idle_timeout,
                    shared_connections=shared,
                    share_connections=_flag(config, "share_connections", True),
+                   spare_connections=spares,
                    default_session_id=default_sid, session_store=store or None,
                    session_store_max=store_max, session_store_ttl=store_ttl,
                    plays_audio=_flag(config, "plays_audio", False),

@@ -42,9 +42,9 @@ from hivemind_chat_agent.core.frames import Opened
 from hivemind_chat_agent.core.handshake import KeyExchange, choose
 from hivemind_chat_agent.core.ownership import claim, namespace_of
 from hivemind_chat_agent.core.protocol_names import TURN_TAG_KEY
-from hivemind_chat_agent.core.refusals import (ACL_DENIED, POLICY_DENIED_TYPE, UtteranceTopic,
-                                               closed_before_ready, denial_error,
-                                               no_handshake_in_time, read_denial,
+from hivemind_chat_agent.core.refusals import (POLICY_DENIED_TYPE, UtteranceTopic,
+                                               closed_before_ready, no_handshake_in_time,
+                                               plan_denial, read_denial,
                                                refusal_after_noise_handshake,
                                                refusal_from_close, untrusted_frame)
 from hivemind_chat_agent.core.replies import ReplyKind, parse_reply
@@ -74,13 +74,13 @@ class HubConnection:
     Session (`many_sessions`, 5.x) the pool shares it between session_ids, each utterance
     declaring its own. `TurnTable` is keyed by session either way."""
 
-    def __init__(self, config: ClientConfig, session: Session, book: SessionBook,
+    def __init__(self, config: ClientConfig, session: Optional[Session], book: SessionBook,
                  on_aside: Callable[[str, str], None] = lambda sid, text: None,
                  clock: Callable[[], float] = time.monotonic,
                  topic: Optional[UtteranceTopic] = None,
                  on_speaker: Callable[[str], None] = lambda speaker: None):
         self.config = config
-        self.session_id = session.session_id
+        self.session_id = session.session_id if session is not None else ""   # "": a spare
         self._book = book
         self._on_aside = on_aside   # a sentence spoken outside any turn (socket thread)
         self._on_speaker = on_speaker   # what answers on this hub, told once (socket thread)
@@ -89,7 +89,7 @@ class HubConnection:
         # the same name and session (two processes, or a reconnect racing the old close) would
         # overwrite each other's entry, so every connection gets a name of its own.
         self.useragent = f"{config.useragent}-{uuid.uuid4().hex[:8]}"
-        self._hello_session = book.wire(session)
+        self._hello_session = book.wire(session) if session is not None else None
         self.untagged = False               # the hub dropped our turn tag from some reply
         self._clock = clock
         self._lock = threading.Lock()
@@ -114,7 +114,8 @@ class HubConnection:
         self._thread: Optional[threading.Thread] = None
         self.last_used = clock()
         self.leases = 0                     # turns holding this connection (the pool's lock)
-        self._transport = open_transport(self, config, self.useragent, self.session_id)
+        self._transport = open_transport(self, config, self.useragent,
+                                         self.session_id or self.useragent)
         self.reports = SatelliteReports(
             emit=lambda message: self._transport.emit(HiveMessage(HiveMessageType.BUS,
                                                                   payload=message)),
@@ -137,6 +138,17 @@ class HubConnection:
             raise self._error
         if self._closed:
             raise ConnectionLostError("the connection was closed while it was being opened")
+        return self
+
+    def claim(self, session: Session) -> "HubConnection":
+        """A spare (handshake done, no HELLO yet) becomes this session's connection. The HELLO
+        binds the session on a 4.x hub and the utterance follows it on the same socket, so the
+        hub reads them in that order; raises a typed error if the socket is gone."""
+        if self._hello_session is not None:
+            raise RuntimeError("this connection already belongs to a session")
+        self.session_id = session.session_id
+        self._hello_session = self._book.wire(session)
+        self._say_hello()
         return self
 
     @property
@@ -277,17 +289,22 @@ class HubConnection:
         self.generation = self._exchange.generation
         self.many_sessions = channel.many_sessions
         self._transport.channel = channel
-        hello = self._hello_session
-        if channel.many_sessions:   # the hub merges each message's Session over this one:
-            hello = {k: v for k, v in hello.items() if k in ("session_id", "site_id")}
-        try:                        # no conversation of one session may fill another's gaps
-            self._transport.emit(HiveMessage(HiveMessageType.HELLO, {
-                "session": hello, "site_id": self.config.site_id or "unknown"}))
-        except HiveMindChatError as e:
-            self._fail(e)
-            return
+        if self._hello_session is not None:     # a spare says HELLO when it is claimed
+            try:
+                self._say_hello()
+            except HiveMindChatError as e:
+                self._fail(e)
+                return
         self._ready.set()
         self._done.set()
+
+    def _say_hello(self) -> None:
+        hello = self._hello_session
+        if self.many_sessions:      # the hub merges each message's Session over this one:
+            hello = {k: v for k, v in hello.items() if k in ("session_id", "site_id")}
+        # no conversation of one session may fill another's gaps
+        self._transport.emit(HiveMessage(HiveMessageType.HELLO, {
+            "session": hello, "site_id": self.config.site_id or "unknown"}))
 
     def _on_bus(self, payload: Any):
         if getattr(payload, "msg_type", None) == POLICY_DENIED_TYPE:
@@ -333,13 +350,8 @@ class HubConnection:
             self._on_aside(reply.session_id, routing.aside)
 
     def _on_denied(self, data: Any) -> None:
-        """`hive.policy.denied`: it carries no session or turn tag, and answers one message of
-        its type. Only turns that got nothing back can be the denied ones. An ACL denial
-        (the client may not send this type at all) covers every such turn: the utterance goes
-        again under the other name where the hub allows it (nothing reached its agent, so
-        nothing runs twice), else they fail at once naming the operator's command. Any other
-        denial (a quota, a policy error) answers one message: a single candidate fails with
-        it; several cannot be told apart and are left to their timeout."""
+        """`hive.policy.denied`: core/refusals.plan_denial decides what it means for the turns
+        that got nothing back yet."""
         denied, code, reason, extra = read_denial(data)
         if self.reports.refused(denied):   # an audio end or a stop, not an utterance
             return
@@ -347,23 +359,13 @@ class HubConnection:
             waiting = [h for h in self._handles.values()
                        if h.message is not None and h.message.msg_type == denied
                        and not h.heard and not h.turn.state.is_final]
-        if not waiting:
-            LOG.info(f"the hub denied a {denied} ({code}): {reason}")
-            return
-        if code != ACL_DENIED:
-            if len(waiting) == 1:
-                self._refuse(waiting, denial_error(denied, code, reason, self.topic.to_allow))
-            else:
-                LOG.warning(f"the hub denied one of {len(waiting)} {denied} in flight ({code}: "
-                            f"{reason}); it does not say which, so they run to their timeout")
-            return
-        retry = self.topic.denied(denied, extra.get("allowed"))
-        if retry is None:
-            self._refuse(waiting, denial_error(denied, code, reason, self.topic.to_allow))
-            return
-        LOG.info(f"the hub does not allow {denied} for this client; sending {retry}")
-        for handle in waiting:
-            handle.message.msg_type = retry
+        plan = plan_denial(denied, code, reason, extra, len(waiting), self.topic)
+        if plan.note:
+            (LOG.warning if plan.loud else LOG.info)(plan.note)
+        if plan.refuse is not None:
+            self._refuse(waiting, plan.refuse)
+        for handle in waiting if plan.retry else ():
+            handle.message.msg_type = plan.retry
             try:
                 self._transport.emit(HiveMessage(HiveMessageType.BUS, payload=handle.message))
             except HiveMindChatError as e:

@@ -9,6 +9,8 @@ connection it last used (where the hub sends its speech between turns). Another 
 opened only while every open one has `TURNS_PER_SHARED` turns in flight. Should such a hub answer
 a session under another id, the pool falls back to a connection per session.
 
+On a 4.x hub, `spare_connections` handshaken connections wait for new sessions (spares.py).
+
 Closing a connection loses nothing: a conversation's state is its Session in SessionManager,
 which the next connection sends in its HELLO and with every utterance.
 """
@@ -24,7 +26,8 @@ from hivemind_chat_agent import background
 from hivemind_chat_agent.core.churn_gate import ChurnGate
 from hivemind_chat_agent.client.config import ClientConfig
 from hivemind_chat_agent.client.connection import HubConnection
-from hivemind_chat_agent.errors import AgentClosedError
+from hivemind_chat_agent.client.spares import Spares
+from hivemind_chat_agent.errors import AgentClosedError, HiveMindChatError
 
 
 TURNS_PER_SHARED = 16   # turns in flight on a shared connection before another is opened
@@ -32,7 +35,8 @@ TURNS_PER_SHARED = 16   # turns in flight on a shared connection before another 
 
 class ConnectionPool:
     def __init__(self, config: ClientConfig,
-                 factory: Callable[[ClientConfig, Session], HubConnection] = HubConnection,
+                 factory: Callable[[ClientConfig, Optional[Session]], HubConnection] =
+                 HubConnection,
                  clock: Callable[[], float] = time.monotonic):
         self.config = config
         self._factory = factory
@@ -52,6 +56,7 @@ class ConnectionPool:
         self._reaper: Optional[threading.Thread] = None
         self.gate = ChurnGate(config.churn_guard,    # turns hold `gate.turn()`
                               stagger=0.025 if config.churn_guard > 0 else 0.0)
+        self.spares = Spares(config.spare_connections, self._open_spare, self._busy)
 
     def acquire(self, session: Session) -> HubConnection:
         """The live connection for this session, connecting if needed, leased to the caller until
@@ -66,6 +71,26 @@ class ConnectionPool:
             if conn is not None:
                 return conn
         return self._acquire_own(session)
+
+    def warm(self) -> None:
+        """Connect before the first turn: a wrong key or a dead hub shows now, the pool learns
+        what the hub does, and on a hub that binds a session per connection the spares fill."""
+        if self._sharing is None:
+            with self._first:
+                if self._sharing is None:
+                    conn = self._connect(None)
+                    self._sharing = conn.many_sessions
+                    if self._sharing:   # it carries every session; its own is only a name
+                        try:
+                            conn.claim(Session(conn.useragent))
+                        except HiveMindChatError:
+                            conn.close()
+                            raise
+                        self._file(conn, conn.session_id, self._place_shared, lease=False)
+                        return
+                    self.spares.add(conn)
+        if not self._sharing:
+            self.spares.refill_soon()
 
     def _acquire_shared(self, session: Session) -> Optional[HubConnection]:
         """A shared connection for this session, or None once the hub showed it cannot share."""
@@ -101,6 +126,8 @@ class ConnectionPool:
     def _place_first(self, conn: HubConnection, sid: str) -> List[HubConnection]:
         """The first connection's handshake tells whether this hub lets sessions share."""
         self._sharing = conn.many_sessions
+        if not self._sharing:
+            self.spares.refill_soon()
         return (self._place_shared if self._sharing else self._place_own)(conn, sid)
 
     def _place_shared(self, conn: HubConnection, sid: str) -> List[HubConnection]:
@@ -139,9 +166,11 @@ class ConnectionPool:
 
     def _open(self, session: Session,
               place: Callable[[HubConnection, str], List[HubConnection]]) -> HubConnection:
-        """Connect (apart from this agent's turns in flight), then file the connection with
-        `place` and lease it, under the lock, unless the pool was shut down meanwhile; `place`
-        returns connections to close."""
+        """Connect, then file the connection with `place` and lease it."""
+        return self._file(self._connect(session), session.session_id, place)
+
+    def _connect(self, session: Optional[Session]) -> HubConnection:
+        """A connected connection (None: a spare), apart from this agent's turns in flight."""
         with self.gate.change():
             conn = self._factory(self.config, session)
             with self._lock:
@@ -152,15 +181,46 @@ class ConnectionPool:
             finally:
                 with self._lock:
                     self._connecting.discard(conn)
+        return conn
+
+    def _file(self, conn: HubConnection, sid: str,
+              place: Callable[[HubConnection, str], List[HubConnection]],
+              lease: bool = True) -> HubConnection:
+        """File the connection with `place` and lease it, under the lock, unless the pool was
+        shut down meanwhile; `place` returns connections to close."""
         with self._lock:
             if self._closed:
                 conn.close()
                 self._check_open()
-            evicted = place(conn, session.session_id)
-            conn.leases += 1
+            evicted = place(conn, sid)
+            conn.leases += int(lease)
             self._start_reaper()
         self._close(evicted)
         return conn
+
+    def _open_spare(self) -> HubConnection:
+        return self._connect(None)
+
+    def _busy(self) -> bool:
+        with self._lock:
+            return bool(self._connecting) or any(c.leases for c in self._conns.values())
+
+    def _claim_spare(self, session: Session) -> Optional[HubConnection]:
+        """A spare made this session's own connection (its HELLO kept apart from turns in
+        flight, like a connect), or None when there is none."""
+        while True:
+            conn = self.spares.take()
+            if conn is None:
+                return None
+            try:
+                with self.gate.change():
+                    conn.claim(session)
+            except HiveMindChatError:
+                conn.close()
+                continue
+            self._file(conn, session.session_id, self._place_own)   # leased: no refill yet
+            self.spares.refill_soon()
+            return conn
 
     def _acquire_own(self, session: Session) -> HubConnection:
         sid = session.session_id
@@ -175,7 +235,7 @@ class ConnectionPool:
                 del self._conns[sid]
         if conn is not None:
             self._close([conn])
-        return self._open(session, self._place_own)
+        return self._claim_spare(session) or self._open(session, self._place_own)
 
     def release(self, conn: HubConnection) -> None:
         """The caller's turn is over; the connection may be evicted or reaped again."""
@@ -253,6 +313,7 @@ class ConnectionPool:
         for conn in connecting:
             conn.abort_connect(AgentClosedError("the agent was shut down while connecting"))
         self._stop.set()
+        self.spares.close()
         for conn in conns:
             conn.close()
         if reaper is not None and reaper is not threading.current_thread():

@@ -8,6 +8,7 @@ that type on this connection). Which utterance topic to send lives here too, bec
 of one is the reason to try the other; and the words for a connection the hub closed, or one
 we closed on an untrustworthy frame, before or during the handshake.
 """
+from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 from hivemind_chat_agent.core.frames import Opened, Verdict
@@ -100,6 +101,38 @@ def read_denial(data: Any) -> Tuple[Optional[str], str, str, Dict[str, Any]]:
     denied = data.get("denied_type")
     return (denied if isinstance(denied, str) else None, str(data.get("code") or ""),
             str(data.get("reason") or "")[:300], inner if isinstance(inner, dict) else {})
+
+
+@dataclass(frozen=True)
+class DenialPlan:
+    refuse: Optional[HiveMindChatError] = None   # fail the waiting turns with it
+    retry: Optional[str] = None                  # send them again under this type
+    note: str = ""                               # else: log this and leave them be
+    loud: bool = False                           # the note is a warning
+
+
+def plan_denial(denied: str, code: str, reason: str, extra: Dict[str, Any], waiting: int,
+                topic: UtteranceTopic) -> DenialPlan:
+    """`hive.policy.denied` carries no session or turn tag and answers one message of its type:
+    `waiting` counts the turns of that type that got nothing back, the only candidates. An ACL
+    denial (the client may not send the type at all) covers them all: they go again under the
+    other utterance name where the hub allows it (nothing reached its agent, so nothing runs
+    twice), else fail naming the operator's command. Any other denial (a quota, a policy error)
+    answers one message: a single candidate fails with it; several cannot be told apart and
+    are left to their timeout."""
+    if not waiting:
+        return DenialPlan(note=f"the hub denied a {denied} ({code}): {reason}")
+    if code != ACL_DENIED:
+        if waiting == 1:
+            return DenialPlan(refuse=denial_error(denied, code, reason, topic.to_allow))
+        return DenialPlan(note=f"the hub denied one of {waiting} {denied} in flight ({code}: "
+                               f"{reason}); it does not say which, so they run to their "
+                               "timeout", loud=True)
+    retry = topic.denied(denied, extra.get("allowed"))
+    if retry is None:
+        return DenialPlan(refuse=denial_error(denied, code, reason, topic.to_allow))
+    return DenialPlan(retry=retry, note=f"the hub does not allow {denied} for this client; "
+                                        f"sending {retry}")
 
 
 def denial_error(topic: str, code: str, reason: str, to_allow: List[str]) -> HiveMindChatError:
