@@ -285,3 +285,23 @@ def test_home_assistant_through_wyoming_greets_and_asks_over_two_transcripts(ovo
         assert "alarm is set for" in answer.text.lower() and "five hours" in answer.text
     finally:
         server.stop()
+
+
+def test_spare_connections_greet_at_once_on_a_genuine_hub(ovos_creds, make_agent):
+    """Spares (4.x: handshaken, HELLO when claimed) behind the stock plugin and ovos-core: a
+    claimed spare's session is the one the skills see, and new sessions answer at once."""
+    agent = make_agent(ovos_creds.agent_config(spare_connections=2))
+    agent.warm_up()
+    deadline = time.monotonic() + 20
+    while agent.pool._sharing is False and len(agent.pool.spares) < 2 and \
+            time.monotonic() < deadline:
+        time.sleep(0.05)
+    ready = {id(conn) for conn in agent.pool.spares._ready}
+    results, _ = greetings_at_once(agent, ["spare-a", "spare-b"])
+    assert all(a == "Hello world" and took < 3.0 for a, took in results.values()), results
+    if agent.pool._sharing is False:         # 4.x: each greeted over a claimed spare
+        assert len(ready) == 2
+        assert {id(agent.pool._conns[sid]) for sid in ("spare-a", "spare-b")} == ready
+    question, _ = timed(agent, "set an alarm", "spare-a")      # its own session goes on
+    assert "time" in question.lower(), question
+    assert "alarm is set for" in timed(agent, "in five hours", "spare-a")[0].lower()
