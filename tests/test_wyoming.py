@@ -179,3 +179,15 @@ def test_zeroconf_says_why_it_cannot_announce():
     import importlib.util
     if importlib.util.find_spec("zeroconf") is None:
         assert "pip install" in asyncio.run(advertise(10700, "0.0.0.0", "x"))
+
+
+def test_the_wyoming_command_offers_its_options_not_a_chats(capsys):
+    from hivemind_chat_agent.bridges.cli import main
+    with pytest.raises(SystemExit):
+        main(["wyoming", "--help"])
+    text = capsys.readouterr().out
+    assert "--spare-connections" in text and "--uri" in text and "--key" in text
+    assert "--session " not in text and "--json" not in text and "utterance" not in text
+    with pytest.raises(SystemExit) as exited:
+        main(["wyoming", "hello there"])              # not a chat: no utterance to say
+    assert exited.value.code == 2

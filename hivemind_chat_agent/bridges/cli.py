@@ -24,30 +24,36 @@ HELP_COMMANDS = """commands:
   /quit           leave (Ctrl-D does the same; Ctrl-C stops a long answer)"""
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(chat: bool = True) -> argparse.ArgumentParser:
+    """The hub options every command takes; with `chat`, those of a conversation too (the
+    Wyoming server adds its own instead)."""
     p = argparse.ArgumentParser(
         prog="hivemind-chat",
         description="Chat with an OVOS hub over HiveMind. Use `hivemind-chat demo` to try it "
                     "on an embedded hub.",
         epilog="Credentials default to the HiveMind client identity "
                "(`hivemind-client set-identity`).")
-    p.add_argument("utterance", nargs="*", help="say this once and exit; omit to chat")
+    if chat:
+        p.add_argument("utterance", nargs="*", help="say this once and exit; omit to chat")
     p.add_argument("--host", help="hub address: 127.0.0.1, ws://… or wss://…")
     p.add_argument("--port", type=int, help="hub port (default 5678)")
     p.add_argument("--key", help="access key registered on the hub")
     p.add_argument("--password", help="password registered on the hub; '-' asks for it "
                                       "without echo, and keeps it out of the process list "
                                       "(the value is never printed or logged)")
-    p.add_argument("--session", default="default",
-                   help="conversation id; turns with the same id share OVOS session state, "
-                        "across runs too (kept under $XDG_STATE_HOME/hivemind-chat)")
+    if chat:
+        p.add_argument("--session", default="default",
+                       help="conversation id; turns with the same id share OVOS session "
+                            "state, across runs too (kept under $XDG_STATE_HOME/hivemind-chat)")
     p.add_argument("--no-store", action="store_true",
                    help="keep no conversation state between runs")
-    p.add_argument("--lang", help="language of the conversation, e.g. en-US")
+    if chat:
+        p.add_argument("--lang", help="language of the conversation, e.g. en-US")
     p.add_argument("--timeout", type=float, default=30.0,
                    help="seconds to wait for each sentence (rolling, default 30)")
-    p.add_argument("--json", action="store_true",
-                   help="machine-readable output: one JSON object per line")
+    if chat:
+        p.add_argument("--json", action="store_true",
+                       help="machine-readable output: one JSON object per line")
     p.add_argument("--verbose", action="store_true", help="show library and hub logs")
     return p
 
@@ -354,11 +360,11 @@ def main(argv=None) -> int:
         argv = argv[1:]
     if wyoming:
         from hivemind_chat_agent.bridges.wyoming_server import add_options
-        parser = add_options(build_parser())
+        parser = add_options(build_parser(chat=False))
     else:
         parser = build_parser()
     args = parser.parse_args(argv)
-    out = Output(args.json)
+    out = Output(getattr(args, "json", False))
     # Ctrl-C belongs to this thread: the libraries start threads while they load (config
     # watchers, the demo hub) and those inherit this mask; see background.py for why.
     background.block_signals()
