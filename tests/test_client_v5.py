@@ -97,6 +97,9 @@ def test_the_static_key_survives_a_restart_and_another_key_is_refused_with_the_f
     first.shutdown()
     again = make_agent(creds.agent_config(noise_key_dir=keys))     # "restarted"
     assert again.get_response("hello", session_id="pin") == "hello there"
+    warming = make_agent(creds.agent_config(noise_key_dir=str(tmp_path / "elsewhere-too")))
+    with pytest.raises(ClientKeyRefusedError, match="reset-noise-pin"):
+        warming.warm_up()          # waits for the refusal the hub sends after the handshake
     stranger = make_agent(creds.agent_config(noise_key_dir=str(tmp_path / "elsewhere")))
     started = time.monotonic()
     with pytest.raises(ClientKeyRefusedError, match="reset-noise-pin"):

@@ -30,6 +30,9 @@ class FakeConnection:
         self.session_id = session.session_id
         return self
 
+    def confirm(self, timeout):
+        pass
+
     def close(self):
         self.alive = False
 
@@ -231,10 +234,79 @@ def test_a_dead_spare_is_skipped_and_without_spares_a_session_connects():
         FakeConnection.opened[0].alive = False          # the hub restarted meanwhile
         conn = pool.acquire(Session("a"))
         assert conn is not FakeConnection.opened[0] and conn.session_id == "a"
+        pool.release(conn)
+        assert settle(pool, 1) == 1                     # finding none started a refill
         none = spare_pool(0)
-        none.warm()                                     # learns the hub, keeps nothing
-        assert len(none.spares) == 0 and not FakeConnection.opened[0].alive
+        none.warm()                                     # connects, learns, keeps nothing
+        proved = FakeConnection.opened[0]
+        assert len(FakeConnection.opened) == 1 and len(none.spares) == 0 and not proved.alive
         none.close_all()
+    finally:
+        pool.close_all()
+
+
+def test_a_refill_stops_at_a_failure_and_the_next_new_session_starts_it_again():
+    from hivemind_chat_agent.errors import HubUnreachableError
+    restarting = []
+
+    class Flaky(FakeConnection):
+        def connect(self):
+            if restarting and self.session_id == "":      # spares fail while it restarts
+                raise HubUnreachableError("the hub is restarting")
+            return self
+    pool = spare_pool(2, factory=Flaky)
+    try:
+        pool.warm()
+        assert settle(pool, 2) == 2
+        restarting.append(True)
+        for sid in ("a", "b"):
+            pool.release(pool.acquire(Session(sid)))
+        deadline = time.monotonic() + 5
+        while (len(pool.spares) or pool.spares._refilling) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(pool.spares) == 0 and not pool.spares._refilling   # gave up: no loop
+        opened = len(FakeConnection.opened)
+        time.sleep(0.3)
+        assert len(FakeConnection.opened) == opened
+        restarting.clear()
+        pool.release(pool.acquire(Session("c")))    # finds none: connects, and refills
+        assert settle(pool, 2) == 2
+    finally:
+        pool.close_all()
+
+
+def test_warm_up_with_sharing_off_still_connects_and_raises_a_refusal():
+    from hivemind_chat_agent.errors import AccessKeyRejectedError
+
+    class Refused(FakeConnection):
+        def connect(self):
+            raise AccessKeyRejectedError("unknown key")
+    FakeConnection.opened = []
+    config = ClientConfig.from_dict({"host": "127.0.0.1", "key": "k", "password": "p",
+                                     "share_connections": False})
+    pool = ConnectionPool(config, factory=Refused)
+    try:
+        with pytest.raises(AccessKeyRejectedError):
+            pool.warm()
+    finally:
+        pool.close_all()
+
+
+def test_a_turn_during_warm_up_of_a_sharing_hub_joins_its_connection():
+    import threading
+
+    class SlowClaim(SharingConnection):
+        def claim(self, session):
+            time.sleep(0.3)
+            return super().claim(session)
+    pool = spare_pool(0, factory=SlowClaim)
+    try:
+        warming = threading.Thread(target=pool.warm)
+        warming.start()
+        time.sleep(0.1)                          # warm-up is claiming its shared connection
+        conn = pool.acquire(Session("early"))
+        warming.join(5)
+        assert len(FakeConnection.opened) == 1 and conn is FakeConnection.opened[0]
     finally:
         pool.close_all()
 

@@ -148,8 +148,23 @@ class HubConnection:
             raise RuntimeError("this connection already belongs to a session")
         self.session_id = session.session_id
         self._hello_session = self._book.wire(session)
-        self._say_hello()
+        try:
+            self._say_hello()
+        except HiveMindChatError:
+            self._settled.wait(1.0)         # the hub's refusal, if that is why (_send_turn)
+            if self._error is not None:
+                raise self._error from None
+            raise
         return self
+
+    def confirm(self, timeout: float) -> None:
+        """Wait up to `timeout` for a fresh v3 connection's refusal and raise it. A 5.x hub
+        checks our pinned key only after the last handshake message and says nothing when it
+        is content; turns learn of a refusal as it comes, a warm-up waits for it."""
+        if self.many_sessions and not self.heard:
+            self._settled.wait(timeout)
+        if self._error is not None:
+            raise self._error
 
     @property
     def alive(self) -> bool:
@@ -427,10 +442,10 @@ class HubConnection:
             self._fail(refusal or closed_before_ready(self._opened, self._exchange is not None,
                                                       close[1]))
             return
+        if refusal is not None and self._error is None:   # before _closed: start_turn
+            self._error = refusal                           # raises it once closed
         self._closed = True
         if refusal is not None:    # a 5.x hub checks our pinned key after the handshake
-            if self._error is None:
-                self._error = refusal
             self._settled.set()
             with self._lock:
                 waiting = list(self._handles.values())

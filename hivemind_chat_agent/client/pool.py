@@ -31,6 +31,7 @@ from hivemind_chat_agent.errors import AgentClosedError, HiveMindChatError
 
 
 TURNS_PER_SHARED = 16   # turns in flight on a shared connection before another is opened
+WARM_CONFIRM = 0.5      # seconds a warm-up waits for a 5.x hub's refusal of our pinned key
 
 
 class ConnectionPool:
@@ -52,6 +53,7 @@ class ConnectionPool:
         self._pinned: Dict[str, int] = {}   # sessions whose idle connection must stay open
         self._connecting: Set[HubConnection] = set()
         self._closed = False
+        self._warmed = False
         self._stop = threading.Event()
         self._reaper: Optional[threading.Thread] = None
         self.gate = ChurnGate(config.churn_guard,    # turns hold `gate.turn()`
@@ -73,24 +75,34 @@ class ConnectionPool:
         return self._acquire_own(session)
 
     def warm(self) -> None:
-        """Connect before the first turn: a wrong key or a dead hub shows now, the pool learns
+        """Connect before the first turn: a wrong key or a dead hub raises now, the pool learns
         what the hub does, and on a hub that binds a session per connection the spares fill."""
-        if self._sharing is None:
-            with self._first:
-                if self._sharing is None:
-                    conn = self._connect(None)
-                    self._sharing = conn.many_sessions
-                    if self._sharing:   # it carries every session; its own is only a name
-                        try:
-                            conn.claim(Session(conn.useragent))
-                        except HiveMindChatError:
-                            conn.close()
-                            raise
-                        self._file(conn, conn.session_id, self._place_shared, lease=False)
-                        return
-                    self.spares.add(conn)
-        if not self._sharing:
+        with self._first:
+            if not self._warmed:
+                self._warm_once()
+                self._warmed = True
+        if self._sharing is False:
             self.spares.refill_soon()
+
+    def _warm_once(self) -> None:
+        if self._sharing:                # a turn has connected to a sharing hub already
+            return
+        conn = self._connect(None)
+        try:
+            if self._sharing is None and conn.many_sessions:
+                conn.claim(Session(conn.useragent))   # it carries every session: a name
+            conn.confirm(WARM_CONFIRM)
+        except HiveMindChatError:
+            conn.close()
+            raise
+        if self._sharing is None and conn.many_sessions:
+            self._file(conn, conn.session_id, self._place_first, lease=False)
+            return
+        with self._lock:
+            if self._sharing is None:
+                self._sharing = False
+        if not self.spares.add(conn):
+            self._close([conn])          # no spares wanted: it only proved the way in
 
     def _acquire_shared(self, session: Session) -> Optional[HubConnection]:
         """A shared connection for this session, or None once the hub showed it cannot share."""
@@ -211,6 +223,7 @@ class ConnectionPool:
         while True:
             conn = self.spares.take()
             if conn is None:
+                self.spares.refill_soon()    # all taken or dead (a hub restart): start again
                 return None
             try:
                 with self.gate.change():

@@ -45,12 +45,13 @@ class Spares:
             gone.close()
         return conn
 
-    def add(self, conn) -> None:
+    def add(self, conn) -> bool:
+        """Keep `conn` as a spare; False (and the caller closes it) when none is wanted."""
         with self._lock:
             if not self._closed.is_set() and len(self._ready) < self.count:
                 self._ready.append(conn)
-                return
-        conn.close()
+                return True
+        return False
 
     def refill_soon(self) -> None:
         with self._lock:
@@ -61,6 +62,9 @@ class Spares:
                                           name="hivemind-chat-spares"))
 
     def _refill(self) -> None:
+        """Until full, or until a spare fails or dies young (the hub is restarting or refusing
+        us): then the next new session that finds none starts a refill again, so a hub that
+        keeps refusing costs one handshake per new session, never a loop."""
         try:
             while not self._closed.is_set():
                 with self._lock:
@@ -69,17 +73,18 @@ class Spares:
                     full = len(self._ready) >= self.count
                 for gone in dead:
                     gone.close()
-                if full:
+                if full or dead:
                     return
                 if self._busy():
                     self._closed.wait(IDLE_CHECK)
                     continue
                 try:
                     conn = self._open_one()
-                except HiveMindChatError as e:   # the next claim tries again
+                except HiveMindChatError as e:
                     LOG.info(f"no spare connection opened: {e}")
                     return
-                self.add(conn)
+                if not self.add(conn):
+                    conn.close()
         finally:
             with self._lock:
                 self._refilling = False
