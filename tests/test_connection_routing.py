@@ -7,10 +7,10 @@ from ovos_bus_client.message import Message
 from ovos_bus_client.session import Session
 
 from hivemind_chat_agent.client.config import ClientConfig
-from hivemind_chat_agent.client.connection import HubConnection, TurnHandle
+from hivemind_chat_agent.client.connection import HubConnection
 from hivemind_chat_agent.core.protocol_names import TURN_TAG_KEY
 from hivemind_chat_agent.core.sessions import SessionBook
-from hivemind_chat_agent.core.turns import Sentence, Turn
+from hivemind_chat_agent.core.turns import Sentence
 
 CONFIG = ClientConfig.from_dict({"host": "127.0.0.1", "key": "k", "password": "p",
                                  "plays_audio": True})
@@ -24,13 +24,7 @@ def conn():
 
 
 def open_turn(conn, sid, tag):
-    handle = TurnHandle(Turn(session_id=sid, tag=tag, timeout=5, started_at=time.monotonic()))
-    with conn._lock:
-        conn._table.open(handle.turn)
-        conn._handles[sid] = handle
-        conn._tags[tag] = sid
-        conn._carried[sid] = None
-    return handle
+    return conn.turns.open(sid, tag, 5, check=lambda: None)    # as start_turn, unsent
 
 
 def speak(conn, text, sid, tag):
@@ -105,8 +99,7 @@ def test_the_audio_end_is_repeated_at_growing_gaps_until_the_turn_ends(monkeypat
         gaps = [round(b - a, 2) for a, b in zip(reports, reports[1:])]
         assert len(reports) >= 5 and reports[0] - start < 0.02, gaps
         assert gaps[0] < 0.1 and all(g <= 0.3 for g in gaps), gaps
-        with c._lock:
-            c._handles.clear()        # the turn is over: the next repeat is the last
+        c.finish_turn(handle)         # the turn is over: the next repeat is the last
         time.sleep(0.5)
         count = len(reports)
         time.sleep(0.5)

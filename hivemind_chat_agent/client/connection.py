@@ -1,4 +1,4 @@
-"""One authenticated, encrypted HiveMind connection: the thin I/O shell around `TurnTable`.
+"""One authenticated, encrypted HiveMind connection: the thin I/O shell around its turns.
 
 hivemind-bus-client's `HiveMessageBusClient` still moves the frames (websocket, ciphers,
 encodings), but this module owns what its stock protocol gets wrong for a chat client
@@ -10,7 +10,8 @@ encodings), but this module owns what its stock protocol gets wrong for a chat c
 * no automatic reconnect: a refused key, a wrong password or a dead hub is reported once, as a
   typed error, and the next turn decides whether to reconnect;
 * replies are not written into `SessionManager` for whatever session they name: they go through
-  `parse_reply` and `TurnTable.route`, and only the reply's own session is refreshed;
+  `parse_reply` and `CarriedTurns.route` (client/carried_turns.py), and only the reply's own
+  session is refreshed;
 * nothing but the handshake is ever sent before the session key exists.
 
 Like a satellite, it reports `recognizer_loop:audio_output_end` for every sentence it receives
@@ -19,13 +20,10 @@ caller that plays the audio itself sets `plays_audio` and reports through the ag
 reports and the barge-in stop are client/satellite_reports.py's; the words of each failure are
 core/refusals.py's, and the websocket is client/transport.py's.
 """
-import dataclasses
-import queue
 import threading
 import time
 import uuid
-from collections import OrderedDict
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from hivemind_bus_client.message import HiveMessage, HiveMessageType
 from ovos_bus_client.message import Message
@@ -34,13 +32,13 @@ from ovos_utils.log import LOG
 from websocket import WebSocketConnectionClosedException
 
 from hivemind_chat_agent import background
+from hivemind_chat_agent.client.carried_turns import CarriedTurns, TurnHandle
 from hivemind_chat_agent.client.config import ClientConfig
 from hivemind_chat_agent.client.satellite_reports import SatelliteReports
 from hivemind_chat_agent.client.transport import (connect_failure, exchange_inputs, garbled,
                                                   open_transport, redact)
 from hivemind_chat_agent.core.frames import Opened
 from hivemind_chat_agent.core.handshake import KeyExchange, choose
-from hivemind_chat_agent.core.ownership import claim, namespace_of
 from hivemind_chat_agent.core.protocol_names import TURN_TAG_KEY
 from hivemind_chat_agent.core.refusals import (POLICY_DENIED_TYPE, UtteranceTopic,
                                                closed_before_ready, no_handshake_in_time,
@@ -49,30 +47,14 @@ from hivemind_chat_agent.core.refusals import (POLICY_DENIED_TYPE, UtteranceTopi
                                                refusal_from_close, untrusted_frame)
 from hivemind_chat_agent.core.replies import ReplyKind, parse_reply
 from hivemind_chat_agent.core.sessions import SessionBook
-from hivemind_chat_agent.core.turns import Absorb, Event, Turn, TurnTable
 from hivemind_chat_agent.errors import ConnectionLostError, HiveMindChatError, HubUnreachableError
-
-
-class TurnHandle:
-    """What a caller waits on: the turn's state machine plus a queue of its events."""
-
-    def __init__(self, turn: Turn):
-        self.turn = turn
-        self.events: "queue.SimpleQueue[Event]" = queue.SimpleQueue()
-        self.error: Optional[HiveMindChatError] = None   # why the hub refused it, if it did
-        self.message: Optional[Message] = None           # what was sent, for a topic retry
-        self.heard = False                               # some reply of this turn arrived
-
-    def push(self, events: List[Event]) -> None:
-        for event in events:
-            self.events.put(event)
 
 
 class HubConnection:
     """One websocket to the hub. On a 4.x hub it carries one session's turns (the hub binds the
     HELLO's Session to the connection); on a hub whose channel says it reads every message's
     Session (`many_sessions`, 5.x) the pool shares it between session_ids, each utterance
-    declaring its own. `TurnTable` is keyed by session either way."""
+    declaring its own. Its turns (`CarriedTurns`) are keyed by session either way."""
 
     def __init__(self, config: ClientConfig, session: Optional[Session], book: SessionBook,
                  on_aside: Callable[[str, str], None] = lambda sid, text: None,
@@ -90,11 +72,8 @@ class HubConnection:
         # overwrite each other's entry, so every connection gets a name of its own.
         self.useragent = f"{config.useragent}-{uuid.uuid4().hex[:8]}"
         self._hello_session = book.wire(session) if session is not None else None
-        self.untagged = False               # the hub dropped our turn tag from some reply
         self._clock = clock
-        self._lock = threading.Lock()
-        self._table = TurnTable()
-        self._handles: Dict[str, TurnHandle] = {}
+        self.turns = CarriedTurns(book, clock, config.max_sessions)
         self._ready = threading.Event()
         self._done = threading.Event()      # ready or failed, whichever first
         self._settled = threading.Event()   # the socket thread has said how the socket ended
@@ -108,9 +87,6 @@ class HubConnection:
         self.topic = topic or UtteranceTopic(config.utterance_topic)
         self.heard = False                  # some message arrived since the handshake
         self.retired = False                # the pool gives it no new turns
-        self._carried: "OrderedDict[str, None]" = OrderedDict()   # sessions it has carried
-        self._tags: Dict[str, str] = {}     # open turn tag -> its session id
-        self._namespace: Optional[str] = None   # our prefix on a 4.13-4.14 hub, once seen
         self._thread: Optional[threading.Thread] = None
         self.last_used = clock()
         self.leases = 0                     # turns holding this connection (the pool's lock)
@@ -119,7 +95,7 @@ class HubConnection:
         self.reports = SatelliteReports(
             emit=lambda message: self._transport.emit(HiveMessage(HiveMessageType.BUS,
                                                                   payload=message)),
-            wire=self._book.wire, source=self.useragent, turn_open=self._turn_open,
+            wire=self._book.wire, source=self.useragent, turn_open=self.turns.is_open,
             usable=lambda: self._ready.is_set() and not self._closed)
 
     # ---- lifecycle (caller's thread) ----
@@ -167,6 +143,11 @@ class HubConnection:
             raise self._error
 
     @property
+    def untagged(self) -> bool:
+        """The hub dropped our turn tag from some reply."""
+        return self.turns.untagged
+
+    @property
     def alive(self) -> bool:
         return self._ready.is_set() and not self._closed
 
@@ -188,20 +169,11 @@ class HubConnection:
     # ---- turns (caller's thread) ----
     def start_turn(self, session: Session, utterance: str, tag: str,
                    timeout: float) -> TurnHandle:
-        turn = Turn(session_id=session.session_id, tag=tag, timeout=timeout,
-                    started_at=self._clock())
-        handle = TurnHandle(turn)
-        with self._lock:
+        def check():
             if not self.alive:
                 raise self._error or ConnectionLostError(
                     "the connection to the hub is closed; retry the turn")
-            self._table.open(turn)
-            self._handles[session.session_id] = handle
-            self._tags[tag] = session.session_id
-            self._carried[session.session_id] = None
-            self._carried.move_to_end(session.session_id)
-            while len(self._carried) > self.config.max_sessions:
-                self._carried.popitem(last=False)
+        handle = self.turns.open(session.session_id, tag, timeout, check)
         try:
             return self._send_turn(handle, session, utterance, tag)
         except BaseException:
@@ -232,12 +204,10 @@ class HubConnection:
         return handle   # a close from now on reaches the turn as LOST (_fail_turns)
 
     def expire(self, handle: TurnHandle) -> None:
-        with self._lock:
-            handle.push(handle.turn.expire(self._clock()))
+        self.turns.expire(handle)
 
     def abort(self, handle: TurnHandle, reason: str) -> None:
-        with self._lock:
-            handle.push(handle.turn.abort(reason))
+        self.turns.abort(handle, reason)
 
     def stop_answer(self, handle: TurnHandle,
                     on_stopped: Callable[[str], None] = lambda skill: None) -> None:
@@ -246,17 +216,8 @@ class HubConnection:
         if not handle.turn.state.is_final:
             self.reports.stop(handle.turn.session_id, handle.turn.tag, on_stopped)
 
-    def _turn_open(self, session_id: str) -> bool:
-        with self._lock:
-            handle = self._handles.get(session_id)
-            return handle is not None and not handle.turn.state.is_final
-
     def finish_turn(self, handle: TurnHandle, stopped: bool = False) -> None:
-        with self._lock:
-            self._table.close(handle.turn, stopped)
-            if self._handles.get(handle.turn.session_id) is handle:
-                del self._handles[handle.turn.session_id]
-            self._tags.pop(handle.turn.tag, None)
+        self.turns.finish(handle, stopped)
         self.last_used = self._clock()
 
     # ---- socket thread ----
@@ -332,22 +293,11 @@ class HubConnection:
         if reply is None:
             LOG.debug(f"ignoring reply: {why}")
             return
-        with self._lock:
-            reply = self._own_session(reply)
-            if reply is None:
-                return
-            # a skill's "<skill>.stop.response" answers our stop, not a turn
-            routing = None if reply.kind is ReplyKind.STOPPED else \
-                self._table.route(reply, self._clock())
-            if routing is not None and routing.absorb is not Absorb.NOTHING:
-                self._book.absorb(reply.session_id, reply.session,
-                                  response_mode_only=routing.absorb is Absorb.RESPONSE_MODE)
-            if routing is not None and routing.turn is not None:
-                handle = self._handles[routing.turn.session_id]
-                handle.heard = True
-                if reply.turn_tag is None:
-                    self.untagged = True
-                handle.push(routing.events)
+        reply, routing, unshare = self.turns.route(reply, self.session_id, self.many_sessions)
+        if unshare:
+            self.many_sessions = False
+        if reply is None:
+            return
         if routing is None:
             self.reports.stopped(reply.turn_tag, reply.skill_id)
             return
@@ -370,47 +320,18 @@ class HubConnection:
         denied, code, reason, extra = read_denial(data)
         if self.reports.refused(denied):   # an audio end or a stop, not an utterance
             return
-        with self._lock:
-            waiting = [h for h in self._handles.values()
-                       if h.message is not None and h.message.msg_type == denied
-                       and not h.heard and not h.turn.state.is_final]
+        waiting = self.turns.unanswered(denied)
         plan = plan_denial(denied, code, reason, extra, len(waiting), self.topic)
         if plan.note:
             (LOG.warning if plan.loud else LOG.info)(plan.note)
         if plan.refuse is not None:
-            self._refuse(waiting, plan.refuse)
+            self.turns.refuse(waiting, plan.refuse)
         for handle in waiting if plan.retry else ():
             handle.message.msg_type = plan.retry
             try:
                 self._transport.emit(HiveMessage(HiveMessageType.BUS, payload=handle.message))
             except HiveMindChatError as e:
-                self._refuse([handle], e)
-
-    def _refuse(self, handles: List[TurnHandle], error: HiveMindChatError) -> None:
-        with self._lock:
-            for handle in handles:
-                handle.error = error
-                handle.push(handle.turn.lose(str(error), "refused"))
-
-    def _own_session(self, reply):
-        """The reply under the id of the session of ours it belongs to, or None (caller holds
-        the lock). A namespaced answer (4.13-4.14 hubs) is routed under our id, its Session is
-        not taken (`absorb` checks the id), and the connection stops being shared."""
-        owner, namespaced = claim(reply.session_id, reply.turn_tag, self._tags,
-                                  lambda sid: sid == self.session_id or
-                                  (self.many_sessions and sid in self._carried),
-                                  self._namespace)
-        if namespaced and reply.turn_tag in self._tags:   # a turn of ours showed our prefix
-            self._namespace = namespace_of(reply.session_id)
-        if owner is None:
-            LOG.debug(f"ignoring {reply.msg_type} for another session")
-            return None
-        if namespaced and self.many_sessions:
-            LOG.warning(f"the hub answers session {owner} under its own namespace "
-                        f"({reply.session_id}): from now on each session gets a connection of "
-                        "its own")
-            self.many_sessions = False
-        return dataclasses.replace(reply, session_id=owner) if namespaced else reply
+                self.turns.refuse([handle], e)
 
     def report_audio_end(self, tag: Optional[str] = None,
                          session_id: Optional[str] = None) -> None:
@@ -447,9 +368,7 @@ class HubConnection:
         self._closed = True
         if refusal is not None:    # a 5.x hub checks our pinned key after the handshake
             self._settled.set()
-            with self._lock:
-                waiting = list(self._handles.values())
-            self._refuse(waiting, refusal)
+            self.turns.refuse(None, refusal)
             return
         self._settled.set()
         self._fail_turns(f"the connection to the hub broke during the turn ({type(broken).__name__}): "
@@ -477,6 +396,4 @@ class HubConnection:
         self._transport.stop()
 
     def _fail_turns(self, reason: str, kind: str = ""):
-        with self._lock:
-            for handle in self._handles.values():
-                handle.push(handle.turn.lose(reason, kind))
+        self.turns.lose_all(reason, kind)

@@ -19,7 +19,8 @@ from ovos_utils.log import LOG
 from hivemind_chat_agent import background
 
 from hivemind_chat_agent.client.chat_turn import ChatTurn
-from hivemind_chat_agent.client.connection import HubConnection, TurnHandle
+from hivemind_chat_agent.client.carried_turns import TurnHandle
+from hivemind_chat_agent.client.connection import HubConnection
 from hivemind_chat_agent.core.outcomes import Outcome, TurnStatus, judge
 from hivemind_chat_agent.core.turns import Ended, Event, Sentence
 from hivemind_chat_agent.errors import HiveMindChatError

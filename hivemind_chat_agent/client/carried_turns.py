@@ -1,0 +1,144 @@
+"""The turns one connection carries, and which of them a reply from the hub belongs to.
+
+Bookkeeping only, no socket: `HubConnection` (the I/O shell) tells it what it sent and hands it
+what the hub said; it answers with the events for the waiting caller, and whether the reply
+refreshes a Session. The decisions themselves are `core/turns.TurnTable`'s (which turn, when it
+is over) and `core/ownership.claim`'s (whose session id); this object keeps them consistent
+under one lock, per connection.
+"""
+import queue
+import threading
+from collections import OrderedDict
+from dataclasses import replace
+from typing import Callable, Dict, List, Optional, Tuple
+
+from ovos_bus_client.message import Message
+from ovos_utils.log import LOG
+
+from hivemind_chat_agent.core.ownership import claim, namespace_of
+from hivemind_chat_agent.core.replies import Reply, ReplyKind
+from hivemind_chat_agent.core.sessions import SessionBook
+from hivemind_chat_agent.core.turns import Absorb, Event, Routing, Turn, TurnTable
+from hivemind_chat_agent.errors import HiveMindChatError
+
+
+class TurnHandle:
+    """What a caller waits on: the turn's state machine plus a queue of its events."""
+
+    def __init__(self, turn: Turn):
+        self.turn = turn
+        self.events: "queue.SimpleQueue[Event]" = queue.SimpleQueue()
+        self.error: Optional[HiveMindChatError] = None   # why the hub refused it, if it did
+        self.message: Optional[Message] = None           # what was sent, for a topic retry
+        self.heard = False                               # some reply of this turn arrived
+
+    def push(self, events: List[Event]) -> None:
+        for event in events:
+            self.events.put(event)
+
+
+class CarriedTurns:
+    def __init__(self, book: SessionBook, clock: Callable[[], float], max_sessions: int):
+        self._book = book
+        self._clock = clock
+        self._max_sessions = max_sessions
+        self._lock = threading.Lock()
+        self._table = TurnTable()
+        self._handles: Dict[str, TurnHandle] = {}       # session id -> its turn in progress
+        self._tags: Dict[str, str] = {}                 # open turn tag -> its session id
+        self._carried: "OrderedDict[str, None]" = OrderedDict()   # sessions it has carried
+        self._namespace: Optional[str] = None   # our prefix on a 4.13-4.14 hub, once seen
+        self.untagged = False                   # the hub dropped our turn tag from some reply
+
+    def open(self, session_id: str, tag: str, timeout: float,
+             check: Callable[[], None]) -> TurnHandle:
+        """A new turn of this session; `check` raises, under the lock, if the connection can
+        no longer take it."""
+        handle = TurnHandle(Turn(session_id=session_id, tag=tag, timeout=timeout,
+                                 started_at=self._clock()))
+        with self._lock:
+            check()
+            self._table.open(handle.turn)
+            self._handles[session_id] = handle
+            self._tags[tag] = session_id
+            self._carried[session_id] = None
+            self._carried.move_to_end(session_id)
+            while len(self._carried) > self._max_sessions:
+                self._carried.popitem(last=False)
+        return handle
+
+    def finish(self, handle: TurnHandle, stopped: bool = False) -> None:
+        with self._lock:
+            self._table.close(handle.turn, stopped)
+            if self._handles.get(handle.turn.session_id) is handle:
+                del self._handles[handle.turn.session_id]
+            self._tags.pop(handle.turn.tag, None)
+
+    def expire(self, handle: TurnHandle) -> None:
+        with self._lock:
+            handle.push(handle.turn.expire(self._clock()))
+
+    def abort(self, handle: TurnHandle, reason: str) -> None:
+        with self._lock:
+            handle.push(handle.turn.abort(reason))
+
+    def is_open(self, session_id: str) -> bool:
+        with self._lock:
+            handle = self._handles.get(session_id)
+            return handle is not None and not handle.turn.state.is_final
+
+    def unanswered(self, msg_type: str) -> List[TurnHandle]:
+        """Turns sent as `msg_type` that got nothing back: what a denial can be about."""
+        with self._lock:
+            return [h for h in self._handles.values()
+                    if h.message is not None and h.message.msg_type == msg_type
+                    and not h.heard and not h.turn.state.is_final]
+
+    def refuse(self, handles: Optional[List[TurnHandle]], error: HiveMindChatError) -> None:
+        """The hub refused these turns (None: every one): each ends with `error`."""
+        with self._lock:
+            for handle in list(self._handles.values()) if handles is None else handles:
+                handle.error = error
+                handle.push(handle.turn.lose(str(error), "refused"))
+
+    def lose_all(self, reason: str, kind: str = "") -> None:
+        with self._lock:
+            for handle in self._handles.values():
+                handle.push(handle.turn.lose(reason, kind))
+
+    def route(self, reply: Reply, own_id: str,
+              sharing: bool) -> Tuple[Optional[Reply], Optional[Routing], bool]:
+        """(the reply under our session id or None if it is not ours, what it means for our
+        turns (None for a skill's answer to our stop), whether the hub showed it cannot
+        share). The reply's events reach its turn's handle, and its Session is taken as the
+        routing says."""
+        with self._lock:
+            owner, namespaced = claim(reply.session_id, reply.turn_tag, self._tags,
+                                      lambda sid: sid == own_id or
+                                      (sharing and sid in self._carried),
+                                      self._namespace)
+            if namespaced and reply.turn_tag in self._tags:   # a turn of ours showed our prefix
+                self._namespace = namespace_of(reply.session_id)
+            if owner is None:
+                LOG.debug(f"ignoring {reply.msg_type} for another session")
+                return None, None, False
+            unshare = namespaced and sharing
+            if unshare:
+                LOG.warning(f"the hub answers session {owner} under its own namespace "
+                            f"({reply.session_id}): from now on each session gets a "
+                            "connection of its own")
+            if namespaced:      # routed under our id; absorb() refuses the hub's id
+                reply = replace(reply, session_id=owner)
+            if reply.kind is ReplyKind.STOPPED:
+                return reply, None, unshare
+            routing = self._table.route(reply, self._clock())
+            if routing.absorb is not Absorb.NOTHING:
+                self._book.absorb(reply.session_id, reply.session,
+                                  response_mode_only=routing.absorb is Absorb.RESPONSE_MODE)
+            if routing.turn is not None:
+                handle = self._handles[routing.turn.session_id]
+                handle.heard = True
+                if reply.turn_tag is None:
+                    self.untagged = True
+                handle.push(routing.events)
+            return reply, routing, unshare
