@@ -81,7 +81,7 @@ class SatelliteReports:
         if fresh:
             timer = threading.Timer(delay, self._echo, args=(delay,))
             timer.daemon = True
-            background.start(timer)
+            background.start_soon(timer)
 
     def _echo(self, delay: float) -> None:
         """Only for turns still open: once `handled` came, no skill of the turn waits any
