@@ -105,7 +105,7 @@ def test_the_audio_end_is_repeated_at_growing_gaps_until_the_turn_ends(monkeypat
         time.sleep(0.5)
         assert len(reports) == count
     finally:
-        c._closed = True
+        c._ended.set()
         c._transport.release()
 
 

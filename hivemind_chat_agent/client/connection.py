@@ -76,10 +76,10 @@ class HubConnection:
         self.turns = CarriedTurns(book, clock, config.max_sessions)
         self._ready = threading.Event()
         self._done = threading.Event()      # ready or failed, whichever first
-        self._settled = threading.Event()   # the socket thread has said how the socket ended
+        self._ended = threading.Event()     # closed, by us or the hub (a refusal is in _error
+                                            # first, so whoever wakes on it can say why)
         self._error: Optional[HiveMindChatError] = None
         self._opened = False
-        self._closed = False
         self._hello: Optional[Dict[str, Any]] = None      # the hub's cleartext HELLO
         self._exchange: Optional[KeyExchange] = None
         self.generation = ""                # which handshake the hub spoke, once it has
@@ -124,13 +124,7 @@ class HubConnection:
             raise RuntimeError("this connection already belongs to a session")
         self.session_id = session.session_id
         self._hello_session = self._book.wire(session)
-        try:
-            self._say_hello()
-        except HiveMindChatError:
-            self._settled.wait(1.0)         # the hub's refusal, if that is why (_send_turn)
-            if self._error is not None:
-                raise self._error from None
-            raise
+        self._send_or_say_why(self._hello_message())
         return self
 
     def confirm(self, timeout: float) -> None:
@@ -138,7 +132,7 @@ class HubConnection:
         checks our pinned key only after the last handshake message and says nothing when it
         is content; turns learn of a refusal as it comes, a warm-up waits for it."""
         if self.many_sessions and not self.heard:
-            self._settled.wait(timeout)
+            self._ended.wait(timeout)
         if self._error is not None:
             raise self._error
 
@@ -148,14 +142,17 @@ class HubConnection:
         return self.turns.untagged
 
     @property
+    def _closed(self) -> bool:
+        return self._ended.is_set()
+
+    @property
     def alive(self) -> bool:
         return self._ready.is_set() and not self._closed
 
     def close(self) -> None:
         """Close the socket and end the socket thread; waiting turns end as LOST."""
-        self._closed = True
+        self._ended.set()
         self._transport.stop()
-        self._settled.set()
         self._fail_turns("the connection was closed")
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
@@ -192,16 +189,21 @@ class HubConnection:
                            "destination": "HiveMind"})
         handle.message = message
         self.last_used = self._clock()
+        self._send_or_say_why(HiveMessage(HiveMessageType.BUS, payload=message))
+        return handle   # a close from now on reaches the turn as LOST (_fail_turns)
+
+    def _send_or_say_why(self, message: HiveMessage) -> None:
+        """Send from the caller's thread; if that fails because the hub refused us, raise the
+        refusal. The transport drops the channel before the socket thread reads the hub's
+        close, and a 5.x hub refusing our pinned key right after the handshake lands in
+        between: wait (at most 1 s) for the socket thread to say why."""
         try:
-            self._transport.emit(HiveMessage(HiveMessageType.BUS, payload=message))
+            self._transport.emit(message)
         except HiveMindChatError:
-            # The transport drops the channel before the socket thread reads the hub's close;
-            # a 5.x hub refusing our pinned key right after the handshake lands in between.
-            self._settled.wait(1.0)
-            if self._error is not None:     # the hub refused us meanwhile: say why
+            self._ended.wait(1.0)
+            if self._error is not None:
                 raise self._error from None
             raise
-        return handle   # a close from now on reaches the turn as LOST (_fail_turns)
 
     def expire(self, handle: TurnHandle) -> None:
         self.turns.expire(handle)
@@ -267,20 +269,20 @@ class HubConnection:
         self._transport.channel = channel
         if self._hello_session is not None:     # a spare says HELLO when it is claimed
             try:
-                self._say_hello()
+                self._transport.emit(self._hello_message())
             except HiveMindChatError as e:
                 self._fail(e)
                 return
         self._ready.set()
         self._done.set()
 
-    def _say_hello(self) -> None:
+    def _hello_message(self) -> HiveMessage:
         hello = self._hello_session
         if self.many_sessions:      # the hub merges each message's Session over this one:
             hello = {k: v for k, v in hello.items() if k in ("session_id", "site_id")}
         # no conversation of one session may fill another's gaps
-        self._transport.emit(HiveMessage(HiveMessageType.HELLO, {
-            "session": hello, "site_id": self.config.site_id or "unknown"}))
+        return HiveMessage(HiveMessageType.HELLO, {
+            "session": hello, "site_id": self.config.site_id or "unknown"})
 
     def _on_bus(self, payload: Any):
         if getattr(payload, "msg_type", None) == POLICY_DENIED_TYPE:
@@ -341,7 +343,8 @@ class HubConnection:
         if isinstance(error, WebSocketConnectionClosedException) and self._opened:
             return   # the hub's close frame: on_close follows with its code and reason
         if not self._opened:
-            self._fail(connect_failure(error, self.config, lambda text: redact(text, self.config, self.useragent)))
+            self._fail(connect_failure(error, self.config,
+                                       lambda text: redact(text, self.config, self.useragent)))
         elif not self._ready.is_set() and garbled(error):
             self._fail(HubUnreachableError(
                 f"the connection to the hub broke during the handshake ({type(error).__name__}); "
@@ -363,14 +366,12 @@ class HubConnection:
             self._fail(refusal or closed_before_ready(self._opened, self._exchange is not None,
                                                       close[1]))
             return
-        if refusal is not None and self._error is None:   # before _closed: start_turn
-            self._error = refusal                           # raises it once closed
-        self._closed = True
+        if refusal is not None and self._error is None:   # before _ended: start_turn
+            self._error = refusal                           # raises it once ended
+        self._ended.set()
         if refusal is not None:    # a 5.x hub checks our pinned key after the handshake
-            self._settled.set()
             self.turns.refuse(None, refusal)
             return
-        self._settled.set()
         self._fail_turns(f"the connection to the hub broke during the turn ({type(broken).__name__}): "
                          "the stream was corrupted" if broken is not None else
                          "the hub closed the connection during the turn")
@@ -378,8 +379,7 @@ class HubConnection:
     def _fail(self, error: HiveMindChatError):
         if self._error is None:
             self._error = error
-        self._closed = True
-        self._settled.set()
+        self._ended.set()
         self._done.set()
         self._transport.stop()
 
@@ -390,8 +390,7 @@ class HubConnection:
         if not self._ready.is_set():
             self._fail(error)
             return
-        self._closed = True
-        self._settled.set()
+        self._ended.set()
         self._fail_turns(reason, kind=opened.verdict.value)
         self._transport.stop()
 
