@@ -159,8 +159,7 @@ class HiveMindChatAgent(ChatEngine):
         """Connect now, not at the first turn: a wrong key or a dead hub raises its typed error
         here, and on a 4.x hub `spare_connections` handshaken connections start filling, so a
         new session's first turn pays no handshake. Servers call it at start."""
-        if self._closed:
-            raise AgentClosedError("this agent was shut down; create a new one to chat again")
+        self._check_open()
         self.pool.warm()
 
     async def awarm_up(self) -> None:
@@ -177,8 +176,7 @@ class HiveMindChatAgent(ChatEngine):
         Iterate the subscription for each sentence (a `str`), or pass `callback`, called with
         each one on the subscription's own thread; both end at its `close()`. Opens the
         session's connection now, so speech can reach it, and keeps it open while idle."""
-        if self._closed:
-            raise AgentClosedError("this agent was shut down; create a new one to chat again")
+        self._check_open()
         sid = self.sessions.resolve(session_id)
         sub = Subscription(sid, callback, on_close=self._unsubscribe)
         if self.subscribers.add(sub):
@@ -241,8 +239,7 @@ class HiveMindChatAgent(ChatEngine):
         slock.lock.acquire()   # two turns of one session never interleave on the wire
         driver = TurnDriver(self, sid, slock)
         try:
-            if self._closed:
-                raise AgentClosedError("this agent was shut down; create a new one to chat again")
+            self._check_open()
             session = self.sessions.for_turn(sid, lang, units, site_id)
         except BaseException:
             slock.lock.release()
@@ -258,6 +255,10 @@ class HiveMindChatAgent(ChatEngine):
         with self._locks_guard:
             if self._running.get(sid) is turn:
                 del self._running[sid]
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise AgentClosedError("this agent was shut down; create a new one to chat again")
 
     def _heard_speaker(self, speaker: str) -> None:
         """The hub answers through our plugin: its churn hazards are not there (churn_gate)."""

@@ -88,14 +88,15 @@ class ConnectionPool:
         if self._sharing:                # a turn has connected to a sharing hub already
             return
         conn = self._connect(None)
+        shared = self._sharing is None and conn.many_sessions   # the first, on a 5.x hub
         try:
-            if self._sharing is None and conn.many_sessions:
+            if shared:
                 conn.claim(Session(conn.useragent))   # it carries every session: a name
             conn.confirm(WARM_CONFIRM)
         except HiveMindChatError:
             conn.close()
             raise
-        if self._sharing is None and conn.many_sessions:
+        if shared:
             self._file(conn, conn.session_id, self._place_first, lease=False)
             return
         with self._lock:

@@ -5,9 +5,8 @@ from typing import Any, Dict
 
 from ovos_plugin_manager.templates.agents import ChatEngine
 
+from hivemind_chat_agent.core.protocol_names import CHAT_PLUGIN_NAME as PLUGIN_NAME
 from hivemind_chat_agent.errors import ConfigurationError
-
-from hivemind_chat_agent.core.protocol_names import CHAT_PLUGIN_NAME as PLUGIN_NAME  # noqa: E402
 
 
 @dataclass(frozen=True)
