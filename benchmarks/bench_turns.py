@@ -24,6 +24,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 
 from hubs import HubProcess, plugin_config  # noqa: E402
+from report import Table, ms  # noqa: E402
 
 from ovos_utils.log import LOG  # noqa: E402
 
@@ -38,14 +39,8 @@ def user(text):
     return [AgentMessage(MessageRole.USER, text)]
 
 
-def row(name, value, baseline, target, ok):
-    print(f"{name:<44} {value:<14} {baseline:<34} {target:<12} {'PASS' if ok else 'FAIL'}",
-          flush=True)
-    return ok
-
-
-def ms(seconds):
-    return f"{seconds * 1000:.1f} ms"
+TABLE = Table()
+row = TABLE.row
 
 
 class GCPauses:
@@ -203,7 +198,7 @@ def main():
     ap.add_argument("--stops", type=int, default=20)
     args = ap.parse_args()
     print(f"hub: hivemind-core {args.generation} on 127.0.0.1\n")
-    print(f"{'measure':<44} {'value':<14} {'baseline (same run)':<34} {'target':<12} result")
+    TABLE.header()
     results = []
     hub = HubProcess(generation=args.generation).start()
     loop = asyncio.new_event_loop()

@@ -24,6 +24,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 
 from hubs import HubProcess, free_port, plugin_config  # noqa: E402
+from report import Table, ms  # noqa: E402
 
 from ovos_utils.log import LOG  # noqa: E402
 
@@ -37,14 +38,8 @@ from hivemind_chat_agent import HiveMindChatAgent  # noqa: E402
 from hivemind_chat_agent.bridges.wyoming_server import WyomingBridge, run_server  # noqa: E402
 
 
-def row(name, value, baseline, target, ok):
-    print(f"{name:<46} {value:<14} {baseline:<34} {target:<16} {'PASS' if ok else 'FAIL'}",
-          flush=True)
-    return ok
-
-
-def ms(seconds):
-    return f"{seconds * 1000:.1f} ms"
+TABLE = Table((46, 14, 34, 16))
+row = TABLE.row
 
 
 async def ha_turn(port, text, conversation_id):
@@ -136,8 +131,7 @@ def main():
         direct = HiveMindChatAgent(hub.add_client(name="bench-direct").agent_config(timeout=30))
         port = serve(served)
         print(f"hub: hivemind-core {args.generation} on 127.0.0.1\n")
-        print(f"{'measure':<46} {'value':<14} {'baseline (same run)':<34} {'target':<16} "
-              "result")
+        TABLE.header()
         loop = asyncio.new_event_loop()
         assert loop.run_until_complete(ha_turn(port, "hello", "warm")) == "hello there"
         direct.continue_chat([{"role": "user", "content": "hello"}], session_id="warm")
