@@ -38,6 +38,10 @@ def ovos_creds(ovos):
     warm = HiveMindChatAgent(creds.agent_config(timeout=60))
     try:
         warm.get_response("hello world", session_id="warm-up")
+        # alerts loads its parsers at its first question: 2-25 s on a loaded machine (25.4 s
+        # in one clean-clone CI run), which is ovos-core's cold start, not a turn of ours
+        warm.get_response("set an alarm", session_id="warm-up-alerts")
+        warm.get_response("cancel", session_id="warm-up-alerts")
     finally:
         warm.shutdown()
     return creds
