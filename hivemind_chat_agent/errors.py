@@ -13,6 +13,11 @@ class ConfigurationError(HiveMindChatError):
     """The agent's configuration is incomplete or contradictory."""
 
 
+class MissingExtraError(ConfigurationError, ImportError):
+    """A command or name needs an optional part of the package (an extra of setup.py) that is
+    not installed; the message names the extra and the pip command that adds it."""
+
+
 class HubUnreachableError(HiveMindChatError):
     """No HiveMind hub answered at the configured address."""
 

@@ -4,10 +4,13 @@ import os
 
 import pytest
 
-import hivemind_chat_agent  # noqa: F401  (installs the leak-free codecs)
 from hivemind_bus_client import encryption
 from hivemind_bus_client.encryption import (SupportedCiphers, SupportedEncodings,
                                             decrypt_from_json, encrypt_as_json)
+
+from hivemind_chat_agent import leak_free_codecs
+
+leak_free_codecs.install()   # what a connection or the hub plugin does when it starts
 
 LEAKY = [SupportedEncodings.JSON_B91, SupportedEncodings.JSON_Z85B, SupportedEncodings.JSON_Z85P]
 

@@ -15,7 +15,8 @@ import time
 from typing import Optional
 
 from hivemind_chat_agent import background
-from hivemind_chat_agent.errors import ConfigurationError, HiveMindChatError
+from hivemind_chat_agent.errors import ConfigurationError, HiveMindChatError, MissingExtraError
+from hivemind_chat_agent.extras import require
 
 HELP_COMMANDS = """commands:
   /session NAME   switch to (or start) the conversation NAME
@@ -305,10 +306,12 @@ def _agent_config(args) -> dict:
     return config
 
 
-def _quiet_logs(verbose: bool):
+def _quiet_logs(verbose: bool, demo: bool):
     """Library and hub logs stay off the chat unless asked for. hivemind-core resets the log
-    level when it is imported, so import it first (the hub also logs access keys at INFO)."""
-    import hivemind_core.service  # noqa: F401
+    level when it is imported, so the demo imports it first (the hub also logs access keys at
+    INFO); a client-only install has no hivemind-core and needs none."""
+    if demo:
+        import hivemind_core.service  # noqa: F401
     from ovos_utils.log import LOG
     LOG.set_level("DEBUG" if verbose else "ERROR")
 
@@ -328,30 +331,6 @@ def run_chat(agent, args, out: Output) -> int:
     return chat.interactive()
 
 
-def run_demo(args, out: Output) -> int:
-    from hivemind_chat_agent.client.agent import HiveMindChatAgent
-    from hivemind_chat_agent.bridges.demo_engine import AIMLChatEngine
-    from hivemind_chat_agent.hub.protocol import ChatAgentProtocol
-    from hivemind_chat_agent.bridges.local_hub import LocalHub
-    out.info("Starting an embedded hivemind-core hub on 127.0.0.1 with the ALICE AIML chatbot…")
-    engine = AIMLChatEngine({"bot_name": "HiveMind demo"})
-    protocol = ChatAgentProtocol(config={"engine": "hivemind-chat-demo-aiml"}, engine=engine)
-    hub = LocalHub(protocol).start()
-    agent = None
-    try:
-        creds = hub.add_client(name="hivemind-chat-demo")
-        out.info(f"Hub ready at ws://{hub.host}:{hub.port}; this chat is a HiveMind satellite "
-                 "with a throw-away access key and password.")
-        agent = HiveMindChatAgent(creds.agent_config(timeout=args.timeout,
-                                                     useragent="hivemind-chat-demo"))
-        return run_chat(agent, args, out)
-    finally:
-        if agent is not None:
-            agent.shutdown()
-        protocol.shutdown()
-        hub.stop()
-
-
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     demo = bool(argv) and argv[0] == "demo"
@@ -368,10 +347,15 @@ def main(argv=None) -> int:
     # Ctrl-C belongs to this thread: the libraries start threads while they load (config
     # watchers, the demo hub) and those inherit this mask; see background.py for why.
     background.block_signals()
-    _quiet_logs(args.verbose)
     try:
         if demo:
-            return run_demo(args, out)
+            require("demo", "hivemind-chat demo (an embedded hub with a chatbot)")
+        if wyoming:
+            require("wyoming", "hivemind-chat wyoming (Home Assistant's Wyoming Protocol)")
+        _quiet_logs(args.verbose, demo)
+        if demo:
+            from hivemind_chat_agent.bridges.demo import run_demo
+            return run_demo(args, out, run_chat)
         if wyoming:
             from hivemind_chat_agent.bridges.wyoming_server import serve_from_cli
             return serve_from_cli(args, out, _agent_config(args))
@@ -383,7 +367,7 @@ def main(argv=None) -> int:
             agent.shutdown()
     except ConfigurationError as e:
         out.error(e)
-        if not demo:
+        if not demo and not isinstance(e, MissingExtraError):
             out.info("no hub at hand? `hivemind-chat demo` starts an embedded one")
         return 2
     except HiveMindChatError as e:

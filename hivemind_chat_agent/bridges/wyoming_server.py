@@ -21,6 +21,7 @@ import logging
 from typing import Any, Dict, List, Optional, Tuple
 
 from hivemind_chat_agent.core.outcomes import TurnStatus
+from hivemind_chat_agent.extras import install_hint, require
 from hivemind_chat_agent.errors import (AuthenticationError, ConnectionLostError,
                                         HiveMindChatError, HubUnreachableError,
                                         PolicyDeniedError, TurnTimeoutError)
@@ -209,9 +210,8 @@ async def advertise(port: int, host: str, name: Optional[str]) -> Optional[str]:
         return (f"not announced: {host} is reachable from this machine only; listen on "
                 "0.0.0.0 or a LAN address for Home Assistant to find it")
     if importlib.util.find_spec("zeroconf") is None:
-        return ("discovery needs the zeroconf package (pip install "
-                "'hivemind-chat-agent[zeroconf]'); add the Wyoming integration in Home "
-                "Assistant by host and port instead")
+        return (f"discovery needs the [zeroconf] extra ({install_hint('zeroconf')}); add "
+                "the Wyoming integration in Home Assistant by host and port instead")
     from wyoming.zeroconf import HomeAssistantZeroconf
     try:
         announcer = HomeAssistantZeroconf(port=port, name=name or None,
@@ -300,11 +300,7 @@ def serve_from_cli(args, out, config: Dict[str, Any]) -> int:
     """`hivemind-chat wyoming`: serve until Ctrl-C; `config` is the CLI's agent config."""
     from hivemind_chat_agent import background
     from hivemind_chat_agent.errors import ConfigurationError
-    try:
-        import wyoming  # noqa: F401
-    except ImportError:
-        raise ConfigurationError("the Wyoming server needs the `wyoming` package: "
-                                 "pip install wyoming") from None
+    require("wyoming", "hivemind-chat wyoming (Home Assistant's Wyoming Protocol)")
     from hivemind_chat_agent.client.agent import HiveMindChatAgent
     try:
         host, port = parse_uri(args.uri)

@@ -33,7 +33,6 @@ ENCODINGS = [SupportedEncodings.JSON_B64, SupportedEncodings.JSON_URLSAFE_B64,
               SupportedEncodings.JSON_B91, SupportedEncodings.JSON_Z85B,
               SupportedEncodings.JSON_Z85P, SupportedEncodings.JSON_B32,
               SupportedEncodings.JSON_HEX]
-leak_free_codecs.install()   # a hub that picks JSON-B91/Z85 must not leak every frame here
 
 
 def garbled(error: Any) -> bool:
@@ -317,6 +316,7 @@ class _FrameTooLarge(Exception):
 
 def open_transport(owner: Any, cfg, useragent: str, session_id: str) -> Transport:
     """The websocket client for one HubConnection (`owner` gets its callbacks)."""
+    leak_free_codecs.install()   # a hub that picks JSON-B91/Z85 must not leak every frame here
     identity = NodeIdentity(identity_file=IdentityInMemory(name=useragent))
     identity.site_id = cfg.site_id or "unknown"
     # The library's constructor registers a blank Session under our id; keep the real one.
