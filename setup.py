@@ -4,12 +4,43 @@ from setuptools import find_packages, setup
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-
-def requirements(name):
-    with open(os.path.join(HERE, name)) as f:
-        return [line.split("#")[0].strip() for line in f
-                if line.split("#")[0].strip() and not line.startswith("-")]
-
+# Each range is the widest the code supports as far as it is known; a floor on a pre-release is
+# there because the feature beside it exists only in pre-releases. The exact set the test suite
+# runs against is constraints.txt (`pip install -c constraints.txt ...`); see
+# docs/configuration.md#dependencies.
+CLIENT = [
+    # the Noise (v3) primitives 5.x hubs need and the password handshake of 4.x hubs; no stable
+    # release has Noise, and 1.2.12a1 is the oldest the suite runs (it also takes bitstring 5)
+    "hivemind-bus-client>=1.2.12a1,<2",
+    "poorman-handshake>=2.0.2a1,<3",      # derive_psk: the Noise PSK from the password (argon2id)
+    # Session and SessionManager: 1.x beside a stable ovos-core 2.x, 2.x beside hivemind-core 5
+    "ovos-bus-client>=1.3.1,<3",
+    # the ChatEngine template and the opm.agents.chat group exist from 2.4.0a1 on (2.2.0, the
+    # stable release ovos-core 2.1.1 ships, has neither); 3.x is untested
+    "ovos-plugin-manager>=2.4.0a1,<3",
+    "ovos-utils>=0.3.0,<1",               # LOG and the XDG paths
+    "websocket-client>=1.2,<2",           # the hub connection (ABNF frames, recv_length)
+    "pybase64>=1.0",                      # the access key's Basic authorization header
+]
+# The hub's role: ChatAgentProtocol inside hivemind-core 5.x (the line with Noise). A 4.0.0
+# hub pins poorman-handshake<2, so there the plugin goes in with --no-deps
+# (docs/compatibility.md#on-a-40-hub).
+HUB = ["hivemind-core>=5.0.0a1,<6"]
+EXTRAS = {
+    "hub": HUB,
+    # `hivemind-chat demo`: the embedded hub (hivemind-core brings tornado and the websocket
+    # protocol) and the offline ALICE chatbot it answers with
+    "demo": HUB + ["aiml>=0.9.2,<1"],
+    # `hivemind-chat wyoming`: HandledStart/Chunk/Stop (--stream) exist from 1.7.0 on
+    "wyoming": ["wyoming>=1.7.0,<2"],
+    # `hivemind-chat wyoming --zeroconf`: Home Assistant discovers the service
+    "zeroconf": ["wyoming>=1.7.0,<2", "zeroconf>=0.88.0,<1", "ifaddr>=0.2.0"],
+    # benchmarks/bench_hub.py: the stock HiveMind -> OVOS path it measures our plugin against
+    "bench": ["hivemind-ovos-agent-plugin>=0.4.0a1,<1", "ovos-messagebus>=0.2.0a1",
+              "py-spy>=0.3"],
+}
+EXTRAS["test"] = sorted(set(EXTRAS["hub"] + EXTRAS["demo"] + EXTRAS["wyoming"]) | {
+    "pytest>=8", "pexpect>=4.8", "ovos-persona>=0.9.0a1"})
 
 setup(
     name="hivemind-chat-agent",
@@ -21,12 +52,10 @@ setup(
     license="Apache-2.0",
     packages=find_packages(include=["hivemind_chat_agent", "hivemind_chat_agent.*"]),
     package_data={"hivemind_chat_agent.bridges": ["data/*.aiml"]},
-    python_requires=">=3.9",
-    install_requires=requirements("requirements.txt"),
-    extras_require={"test": requirements("requirements-test.txt"),
-                    "bench": requirements("requirements-bench.txt"),
-                    # `hivemind-chat wyoming --zeroconf`: Home Assistant discovers the service
-                    "zeroconf": ["zeroconf==0.154.0", "ifaddr==0.2.0"]},
+    # hivemind-bus-client (every release with Noise) and ovos-plugin-manager need 3.10
+    python_requires=">=3.10",
+    install_requires=CLIENT,
+    extras_require=EXTRAS,
     entry_points={
         "opm.agents.chat": [
             "hivemind-chat-agent=hivemind_chat_agent.client.agent:HiveMindChatAgent",
@@ -39,5 +68,7 @@ setup(
             "hivemind-chat-agent-plugin=hivemind_chat_agent.hub.protocol:ChatAgentProtocol",
         ],
     },
-    classifiers=["Programming Language :: Python :: 3"],   # license: the SPDX field above
+    classifiers=["Programming Language :: Python :: 3",    # license: the SPDX field above
+                 "Programming Language :: Python :: 3.10",
+                 "Programming Language :: Python :: 3.13"],
 )

@@ -11,6 +11,8 @@ venv, an unchanged one is reused, and nothing depends on the cache being there.
                  the hubs of tests/hubs.py with generation="4.0"
     ovos-hub     the genuine OVOS hub on the 4.0 line (requirements-ovos-hub.txt)
     ovos-hub-5   the genuine OVOS hub on the 5.x line (requirements-ovos-hub-5.txt)
+    ovos-stable  ovos-core 2.1.1 and its skills without HiveMind, where tests/test_installs.py
+                 installs the client as a persona's environment would get it
 
 A venv that runs this checkout's code (hub-4.0: our hub plugin, the test pipeline) does not get
 the package installed into it. `package_path()` gives a small folder to put first on the hub's
@@ -44,6 +46,7 @@ VENVS = {
     "hub-4.0-noise": "requirements-hub-4.0-noise.txt",
     "ovos-hub": "requirements-ovos-hub.txt",
     "ovos-hub-5": "requirements-ovos-hub-5.txt",
+    "ovos-stable": "requirements-ovos-stable.txt",
 }
 # complete pinned sets that contradict a package's declared bounds on purpose
 NO_DEPS = {"hub-4.0-noise"}
@@ -68,12 +71,23 @@ def _override(name: str):
     return value or None
 
 
+def _pins(path: str) -> bytes:
+    """A requirements file's bytes and those of the files it includes (-r) or is
+    constrained by (-c), so a change in either builds a new venv."""
+    with open(path, "rb") as f:
+        text = f.read()
+    for line in text.decode().splitlines():
+        if line.startswith(("-r ", "-c ")):
+            text += _pins(os.path.join(os.path.dirname(path), line[3:].strip()))
+    return text
+
+
 def venv_path(name: str) -> str:
     override = _override(name)
     if override:
         return override
-    with open(requirements_path(name), "rb") as f:
-        digest = hashlib.sha256(f.read() + sys.version.encode() + RECIPE.encode()).hexdigest()
+    digest = hashlib.sha256(_pins(requirements_path(name)) + sys.version.encode() +
+                            RECIPE.encode()).hexdigest()
     return os.path.join(cache_root(), "venvs", f"{name}-{digest[:12]}")
 
 

@@ -1,7 +1,7 @@
 """Real hivemind-core hubs for the tests: a separate process each, on 127.0.0.1, with clients
 registered through hivemind-core's own `add-client` CLI.
 
-Two generations: "5" (the current line, from this interpreter's venv: requirements.txt) and
+Two generations: "5" (the current line, from this interpreter's venv: constraints.txt) and
 "4.0" (hivemind-core 4.0.0, from the cached venv tests/hub_venvs.py builds, running this
 checkout's current source). On 5.x a client may send only the message types it was allowed
 (deny by default since hivemind-core 4.3.0a1); `add_client` allows CLIENT_TOPICS unless told
@@ -57,7 +57,7 @@ def register_client(cli, env, generation, name=None, key=None, password=None, al
     key = key or secrets.token_hex(16)
     weak_ok = password is not None   # a test that picks the password means it
     password = password or secrets.token_hex(16)
-    cmd = [cli, "add-client", "--name", name, "--access-key", key, "--password", password]
+    cmd = [*argv(cli), "add-client", "--name", name, "--access-key", key, "--password", password]
     if admin:
         cmd += ["--admin", "true"]
     if generation != "4.0":
@@ -86,11 +86,17 @@ def allow_msg(cli, env, generation, node_id, *topics):
     calls = [[*topics, str(node_id)]] if generation != "4.0" else \
         [[t, str(node_id)] for t in topics]
     for args in calls:
-        proc = subprocess.run([cli, "allow-msg", *args], env=env, capture_output=True,
+        proc = subprocess.run([*argv(cli), "allow-msg", *args], env=env, capture_output=True,
                               text=True, timeout=120)
         if proc.returncode != 0 or "Invalid Node ID" in proc.stdout:
             raise RuntimeError(f"hivemind-core allow-msg {' '.join(args)} failed:\n"
                                f"{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+
+
+def argv(cli):
+    """The command line that runs `cli`: a path, or a list (an interpreter and a script, for a
+    copied venv whose scripts still name the original's interpreter)."""
+    return list(cli) if isinstance(cli, (list, tuple)) else [cli]
 
 
 def plugin_config(engine="engines:ScriptEngine", engine_config=None, **knobs):
@@ -115,13 +121,21 @@ class HubProcess:
     server.json's "agent_protocol" set to that dict (plugins loaded by name, as in production).
     """
 
-    def __init__(self, agent_protocol=None, server_config=None, generation="5", venv=None):
+    def __init__(self, agent_protocol=None, server_config=None, generation="5", venv=None,
+                 installed_in=None):
         """`venv`: another hub venv of tests/hub_venvs.py to run from (e.g. "ovos-hub", whose
-        hivemind-core 4.0.0 has the stock OVOS agent plugin beside it)."""
+        hivemind-core 4.0.0 has the stock OVOS agent plugin beside it). `installed_in`: the
+        folder of a venv that has this package installed, run as it is (no source on its
+        path; its scripts run through its own interpreter, so a copied venv works too)."""
         if generation not in GENERATIONS:
             raise ValueError(f"generation must be one of {GENERATIONS}, not {generation!r}")
         self.generation = generation
-        if generation == "5" and venv is None:   # the current line: this interpreter's venv
+        if installed_in is not None:
+            self.venv = installed_in
+            self.python = os.path.join(installed_in, "bin", "python")
+            self.cli = [self.python, os.path.join(installed_in, "bin", "hivemind-core")]
+            self._pythonpath = [HERE]
+        elif generation == "5" and venv is None:   # the current line: this interpreter's venv
             self.python, self.cli = sys.executable, HUB_CLI
             self._pythonpath = [HERE, os.environ.get("PYTHONPATH")]
         else:   # its own venv; this checkout's source first on its path
@@ -154,7 +168,7 @@ class HubProcess:
         self.log_path = os.path.join(self.home, "hub.log")
         self._log = open(self.log_path, "a")
         if self.listen:
-            cmd = [self.cli, "listen"]
+            cmd = [*argv(self.cli), "listen"]
         else:
             cmd = [self.python, os.path.join(HERE, "hub_process.py"), self.home,
                    str(self.port)]
@@ -206,7 +220,7 @@ class HubProcess:
             rows = clients.values() if isinstance(clients, dict) else clients
             return str(next(c["client_id"] for c in rows if c.get("api_key") == key))
         # 5.x's default, hivemind-sqlite-db-plugin: ask the CLI rather than its schema
-        out = subprocess.run([self.cli, "list-clients"], env={**self.env, "COLUMNS": "400"},
+        out = subprocess.run([*argv(self.cli), "list-clients"], env={**self.env, "COLUMNS": "400"},
                              capture_output=True, text=True, timeout=120).stdout
         for line in out.splitlines():
             cells = [c.strip() for c in re.split(r"[│|┃]", line)]

@@ -1,0 +1,190 @@
+"""Installs where users run the package, each into a real environment of its own.
+
+- The client (`pip install hivemind-chat-agent`, no extra) beside a stable OVOS (ovos-core 2.1.1
+  and its skills, the `ovos-stable` venv of tests/hub_venvs.py) and beside a current one
+  (ovos-core 3.7 with hivemind-core 5.3, the `ovos-hub-5` venv): OVOS's packages stay as they
+  were (only the plugin layer may move up: ovos-plugin-manager 2.2.0 has no ChatEngine),
+  `pip check` stays clean, and a persona-style program in that environment loads the agent with
+  `load_chat_plugin("hivemind-chat-agent")` and gets its answer from a real hub.
+- `[hub]` into a hivemind-core 5.3 environment: hivemind-core and the rest unchanged, the plugin
+  answers under `hivemind-core listen`. On a 4.0.0 hub, the documented `--no-deps` install.
+- A command whose extra is missing names it, and importing the package loads no hub library
+  and patches nothing.
+
+Each test copies a cached venv (never the cache itself) and installs a wheel of this checkout
+into the copy, as pip does for a user: resolving against the index, without constraints.txt.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import hub_venvs
+from hubs import HubProcess, plugin_config
+
+pytestmark = pytest.mark.hub
+
+# moves up beside ovos-core 2.1.1 because it must: 2.2.0 has no ChatEngine
+PLUGIN_LAYER = {"ovos-plugin-manager"}
+HUB_LIBRARIES = ("hivemind_core", "hivemind_plugin_manager", "tornado")
+
+# what a persona or skill does with the agent: load it by name, ask, ask again
+PERSONA = textwrap.dedent("""
+    import json, sys
+    from ovos_plugin_manager.agents import load_chat_plugin
+    from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
+    Agent = load_chat_plugin("hivemind-chat-agent")
+    agent = Agent(json.loads(sys.argv[1]))
+    try:
+        answers = [agent.continue_chat([AgentMessage(MessageRole.USER, text)],
+                                       session_id="kitchen").content
+                   for text in ("hello", "hello")]
+    finally:
+        agent.shutdown()
+    print(json.dumps({"agent": type(agent).__module__, "answers": answers}))
+""")
+
+
+def run(cmd, cwd, timeout=600, **kw):
+    """Run outside the checkout, so `import hivemind_chat_agent` finds the installed copy."""
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, **kw)
+
+
+def packages(venv: str, cwd: str) -> dict:
+    out = run([os.path.join(venv, "bin", "python"), "-m", "pip", "list", "--format=json",
+               "--disable-pip-version-check"], cwd)
+    assert out.returncode == 0, out.stderr
+    return {p["name"].lower().replace("_", "-"): p["version"] for p in json.loads(out.stdout)}
+
+
+def pip(venv: str, cwd: str, *args: str) -> subprocess.CompletedProcess:
+    return run([os.path.join(venv, "bin", "python"), "-m", "pip", *args,
+                "--disable-pip-version-check"], cwd)
+
+
+def changed(before: dict, after: dict, may_move=frozenset()) -> dict:
+    return {name: (version, after.get(name)) for name, version in before.items()
+            if after.get(name) != version and name not in may_move}
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory):
+    """This checkout as the wheel pip would build for a user."""
+    out_dir = tmp_path_factory.mktemp("wheel")
+    built = run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                 "-q", "-w", str(out_dir), hub_venvs.CHECKOUT], str(out_dir))
+    assert built.returncode == 0, built.stderr[-3000:]
+    return str(next(out_dir.glob("hivemind_chat_agent-*.whl")))
+
+
+class Installed:
+    """A copy of a cached venv, with `requirement` installed into it by pip."""
+
+    def __init__(self, venv_name, requirement, folder, no_deps=False):
+        self.folder = str(folder)
+        self.venv = os.path.join(self.folder, "venv")
+        shutil.copytree(hub_venvs.ensure_venv(venv_name), self.venv, symlinks=True)
+        self.python = os.path.join(self.venv, "bin", "python")
+        self.before = packages(self.venv, self.folder)
+        self.install = pip(self.venv, self.folder, "install", "-q",
+                           *(["--no-deps"] if no_deps else []), requirement)
+        assert self.install.returncode == 0, self.install.stdout + self.install.stderr[-3000:]
+        self.after = packages(self.venv, self.folder)
+        self.check = pip(self.venv, self.folder, "check")
+
+    def persona_turns(self, creds) -> dict:
+        out = run([self.python, "-c", PERSONA, json.dumps(creds.agent_config(timeout=20))],
+                  self.folder, timeout=120)
+        assert out.returncode == 0, out.stdout + out.stderr[-3000:]
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def stable_ovos(wheel, tmp_path_factory):
+    return Installed("ovos-stable", wheel, tmp_path_factory.mktemp("ovos-stable"))
+
+
+@pytest.fixture(scope="module")
+def current_ovos_hub(wheel, tmp_path_factory):
+    return Installed("ovos-hub-5", wheel + "[hub]", tmp_path_factory.mktemp("ovos-hub-5"))
+
+
+def test_the_client_beside_a_stable_ovos_leaves_its_packages_and_pip_check_clean(stable_ovos):
+    assert stable_ovos.before["ovos-core"] == "2.1.1"
+    assert stable_ovos.before["ovos-bus-client"] == "1.5.0"
+    assert changed(stable_ovos.before, stable_ovos.after, PLUGIN_LAYER) == {}
+    assert stable_ovos.check.returncode == 0, stable_ovos.check.stdout
+    assert "hivemind-core" not in stable_ovos.after       # a client pulls in no server
+    assert "hivemind-plugin-manager" not in stable_ovos.after
+
+
+def test_a_persona_beside_a_stable_ovos_loads_the_agent_and_hears_the_hub(stable_ovos, creds):
+    result = stable_ovos.persona_turns(creds)
+    assert result == {"agent": "hivemind_chat_agent.client.agent",
+                      "answers": ["hello there", "hello there"]}
+
+
+def test_a_command_without_its_extra_names_the_extra_to_install(stable_ovos):
+    cli = os.path.join(stable_ovos.venv, "bin", "hivemind-chat")
+    for command, extra in (("demo", "demo"), ("wyoming", "wyoming")):
+        out = run([cli, command], stable_ovos.folder, timeout=60, stdin=subprocess.DEVNULL)
+        assert out.returncode == 2
+        assert f'pip install "hivemind-chat-agent[{extra}]"' in out.stdout + out.stderr
+        assert "Traceback" not in out.stdout + out.stderr
+
+
+def test_importing_the_package_loads_no_hub_library_and_patches_nothing(stable_ovos):
+    probe = textwrap.dedent(f"""
+        import sys
+        from hivemind_bus_client import encryption
+        codecs = {{n: getattr(encryption, n) for n in ("B91", "Z85B", "Z85P")}}
+        import hivemind_chat_agent
+        from hivemind_chat_agent import HiveMindChatAgent, Subscription, TurnStatus
+        loaded = [m for m in sys.modules if m.split(".")[0] in {HUB_LIBRARIES!r}]
+        same = all(getattr(encryption, n) is c for n, c in codecs.items())
+        print(loaded, same, Subscription.__name__)
+    """)
+    for python in (stable_ovos.python, sys.executable):
+        out = run([python, "-c", probe], stable_ovos.folder, timeout=60)
+        assert out.returncode == 0, out.stderr[-3000:]
+        assert out.stdout.strip().splitlines()[-1].split() == ["[]", "True", "Subscription"]
+
+
+def test_the_hub_extra_beside_ovos_core_3_7_keeps_hivemind_core_and_pip_check_clean(
+        current_ovos_hub):
+    assert current_ovos_hub.before["hivemind-core"] == "5.3.10a1"
+    assert current_ovos_hub.before["ovos-core"].startswith("3.7.")
+    assert changed(current_ovos_hub.before, current_ovos_hub.after) == {}
+    assert current_ovos_hub.check.returncode == 0, current_ovos_hub.check.stdout
+
+
+def test_the_installed_plugin_answers_under_hivemind_core_listen(current_ovos_hub):
+    hub = HubProcess(plugin_config(), installed_in=current_ovos_hub.venv).start()
+    try:
+        result = current_ovos_hub.persona_turns(hub.add_client())
+    finally:
+        hub.cleanup()
+    assert result["answers"] == ["hello there", "hello there"]
+
+
+def test_a_4_0_hub_takes_the_plugin_with_no_deps_and_keeps_its_pins(wheel, tmp_path):
+    hub_env = Installed("hub-4.0", wheel, tmp_path, no_deps=True)
+    assert hub_env.before["hivemind-core"] == "4.0.0"
+    assert changed(hub_env.before, hub_env.after) == {}
+    hub = HubProcess(plugin_config(), generation="4.0", installed_in=hub_env.venv).start()
+    try:
+        creds = hub.add_client()
+        from hivemind_chat_agent import HiveMindChatAgent
+        from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
+        agent = HiveMindChatAgent(creds.agent_config(timeout=20))
+        try:
+            answer = agent.continue_chat([AgentMessage(MessageRole.USER, "hello")], "s1")
+        finally:
+            agent.shutdown()
+    finally:
+        hub.cleanup()
+    assert answer.content == "hello there"
