@@ -22,11 +22,12 @@ class HubTurn:
     """One satellite utterance on its way through the engine. Thread-safe `finish` guarantees
     exactly one end (answer, failure or timeout), whoever gets there first."""
 
-    def __init__(self, protocol: "ChatAgentProtocol", message: Message, peer: str, loop,
-                 utterance: str, satellite_session: Dict[str, Any], session_id: str):
+    def __init__(self, protocol: "ChatAgentProtocol", message: Message, client: Any, peer: str,
+                 loop, utterance: str, satellite_session: Dict[str, Any], session_id: str):
         self.protocol = protocol
         self.message = message
-        self.peer = peer
+        self.client = client   # the connection that asked: replies go to it, whatever its name
+        self.peer = peer       # its name when it asked (for logs and the reply's destination)
         self.loop = loop
         self.utterance = utterance
         self.satellite_session = satellite_session
@@ -38,7 +39,6 @@ class HubTurn:
         self.spoke = 0
         self.job = None   # its place in the executor's queue
         self.timer = None   # its rolling timeout on the IO loop
-        self.stopped = False  # the satellite stopped it (barge-in)
 
     def reply(self, msg_type: str, data: Dict[str, Any]) -> Message:
         ctx = dict(self.message.context)
@@ -65,31 +65,41 @@ class HubTurn:
             self.timer = None
 
     def finish(self, failed: bool, why: str = "", reason: str = "") -> bool:
-        """End the turn once. A failure carries `reason` ("busy", "engine_error", "timeout",
-        "no_text" or "not_understood") and `why` in its data, so the satellite can tell "busy"
-        or "broken" from "nothing understood"."""
-        with self._lock:
-            if self.finished:
-                return False
-            self.finished = True
+        """End the turn once, telling the satellite. A failure carries `reason` ("busy",
+        "engine_error", "timeout", "no_text" or "not_understood") and `why` in its data, so the
+        satellite can tell "busy" or "broken" from "nothing understood"."""
+        def tell() -> None:
             if failed:
                 self.protocol.deliver(self, self.reply(UNMATCHED_TYPE, {
                     "reason": reason or "not_understood", "message": why}))
             self.protocol.deliver(self, self.reply(HANDLED_TYPE, {}))
-            self.loop.add_callback(self._unwatch)   # its timer would hold it for `timeout`
+        if not self._end(tell):
+            return False
         if failed and why and reason not in ("", "not_understood"):
             LOG.warning(f"answering {self.peer} with a failure: {why}")
-        self.protocol.open_turns.remove(self)
         return True
+
+    def abandon(self) -> bool:
+        """End the turn once without a word: its satellite has gone, nobody can hear it."""
+        return self._end(lambda: None)
 
     def stop(self) -> bool:
         """The satellite stopped this answer: its end goes out now, and nothing more of it
         (the engine's next sentence finds the turn finished and closes its generator)."""
+        return self.finish(failed=False)
+
+    def _end(self, tell) -> bool:
+        """The one way a turn ends, whoever ends it: under its lock, marked finished, `tell`
+        queued before anything else can be, its timer dropped and its entry in OpenTurns
+        removed. False if it had ended already."""
         with self._lock:
             if self.finished:
                 return False
-            self.stopped = True
-        return self.finish(failed=False)
+            self.finished = True
+            tell()
+            self.loop.add_callback(self._unwatch)   # its timer would hold it for `timeout`
+            self.protocol.open_turns.remove(self)
+        return True
 
 
 class OpenTurns:
@@ -111,11 +121,11 @@ class OpenTurns:
                 if not turns:
                     del self._turns[turn.session_id]
 
-    def of(self, session_id: str, peer: str) -> List[HubTurn]:
+    def of(self, session_id: str, client: Any) -> List[HubTurn]:
         """That session's open turns, if that connection asked them (a stop never reaches
         another connection's turns)."""
         with self._lock:
-            return [t for t in self._turns.get(session_id, ()) if t.peer == peer]
+            return [t for t in self._turns.get(session_id, ()) if t.client is client]
 
     def __len__(self) -> int:
         with self._lock:

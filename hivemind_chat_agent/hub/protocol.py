@@ -44,6 +44,7 @@ __all__ = ["ChatAgentProtocol", "HubSettings", "PLUGIN_NAME", "load_engine"]
 @dataclass
 class _Aside:
     """Where an engine session's speech between turns goes: its satellite's latest connection."""
+    client: Any
     peer: str
     loop: Any
     satellite_session: Dict[str, Any]
@@ -138,7 +139,8 @@ class ChatAgentProtocol(AgentProtocol):
         if not self._sweeping:
             self._sweeping = True
             loop.call_later(self._sweep_interval, self._sweep, loop)
-        turn = HubTurn(self, message, peer, loop, utterance or "", sat_session, session_id)
+        turn = HubTurn(self, message, client, peer, loop, utterance or "", sat_session,
+                       session_id)
         if not (utterance or "").strip():   # still a turn: it gets its end, never silence
             turn.finish(failed=True, why="the utterance has no text", reason="no_text")
             return
@@ -160,7 +162,7 @@ class ChatAgentProtocol(AgentProtocol):
         if satellite is None:
             return
         client, peer, sat_session, session_id = satellite
-        stopped = [turn for turn in self.open_turns.of(session_id, peer) if turn.stop()]
+        stopped = [turn for turn in self.open_turns.of(session_id, client) if turn.stop()]
         for turn in stopped:
             self.executor.cancel(session_id, turn.job)        # if it never started
         stop_session = getattr(self.engine, "stop_session", None)
@@ -170,7 +172,7 @@ class ChatAgentProtocol(AgentProtocol):
         ctx = dict(message.context)
         ctx["source"], ctx["destination"] = PLUGIN_NAME, peer
         ctx["session"] = sat_session
-        self._send(peer, Message(f"{PLUGIN_NAME}.stop.response",
+        self._send(client, peer, Message(f"{PLUGIN_NAME}.stop.response",
                                  {"skill_id": PLUGIN_NAME, "result": bool(stopped)}, ctx))
 
     @staticmethod
@@ -211,6 +213,7 @@ class ChatAgentProtocol(AgentProtocol):
         clients = self.clients      # {} before hivemind-core binds the plugin
         for peer in [p for p, c in list(clients.items()) if c is client and p != client.peer]:
             clients.pop(peer, None)
+        setattr(client, _CLOSED, True)   # replies still on their way to it are not sent
         with self._satellites_lock:     # by the object: its peer string may be stale
             gone = self.satellites.closed(connection_token(client))
         self._forget_sessions(gone)
@@ -224,9 +227,10 @@ class ChatAgentProtocol(AgentProtocol):
         with self._satellites_lock:
             aside = self._asides.get(turn.session_id)
             if aside is not None:
-                aside.peer, aside.satellite_session = turn.peer, turn.satellite_session
+                aside.client, aside.peer = turn.client, turn.peer
+                aside.satellite_session = turn.satellite_session
                 return
-            aside = self._asides[turn.session_id] = _Aside(turn.peer, turn.loop,
+            aside = self._asides[turn.session_id] = _Aside(turn.client, turn.peer, turn.loop,
                                                            turn.satellite_session)
         try:
             aside.subscription = subscribe(
@@ -243,7 +247,7 @@ class ChatAgentProtocol(AgentProtocol):
         reply = Message(SPEAK_TYPE, {"utterance": text, "expect_response": False,
                                      "lang": sat.get("lang") or "en-US",
                                      "meta": {"skill": PLUGIN_NAME}}, ctx)
-        aside.loop.add_callback(self._send, aside.peer, reply)
+        aside.loop.add_callback(self._send, aside.client, aside.peer, reply)
 
     def _stop_asides(self, session_id: str) -> None:
         with self._satellites_lock:
@@ -272,14 +276,15 @@ class ChatAgentProtocol(AgentProtocol):
 
     def deliver(self, turn: HubTurn, reply: Message) -> None:
         """Hand a reply to the IO loop (the only thread that may write to a socket)."""
-        turn.loop.add_callback(self._send, turn.peer, reply)
+        turn.loop.add_callback(self._send, turn.client, turn.peer, reply)
 
-    def _send(self, peer: str, reply: Message) -> None:
-        """IO loop. A reply that cannot go out is a WARNING with the reason, never silence."""
-        client = self.clients.get(peer)
-        link = link_for(client) if client is not None else None
+    def _send(self, client, peer: str, reply: Message) -> None:
+        """IO loop: write `reply` to the connection `client` (by the object, not by its peer
+        name, which a satellite's HELLO changes on 5.x while the connection stays). A reply
+        that cannot go out is a WARNING with the reason, never silence."""
+        link = link_for(client)
         try:
-            if client is None:
+            if connection_closed(client):
                 raise ReplyNotSent("the satellite is no longer connected")
             if link is None:
                 raise ReplyNotSent(f"unknown connection type {type(client).__name__}")
@@ -293,8 +298,8 @@ class ChatAgentProtocol(AgentProtocol):
     def _run(self, turn: HubTurn) -> None:
         if turn.finished:          # timed out while queued
             return
-        if turn.peer not in self.clients:   # the satellite left while its turn was queued
-            turn.finished = True
+        if connection_closed(turn.client):   # the satellite left while its turn was queued
+            turn.abandon()
             return
         turn.deadline = time.monotonic() + self.settings.timeout
         sess = Session.deserialize(conversation_for_turn(
@@ -373,6 +378,12 @@ class ChatAgentProtocol(AgentProtocol):
 
 
 _TOKEN = "_hivemind_chat_connection"
+_CLOSED = "_hivemind_chat_closed"
+
+
+def connection_closed(client) -> bool:
+    """Has hivemind-core reported this connection gone (its on_disconnect callback)?"""
+    return bool(getattr(client, _CLOSED, False))
 
 
 def connection_client(client) -> str:
