@@ -119,7 +119,8 @@ _async_workers = ElasticWorkers("hivemind-chat-async")
 async def off_loop(work: Callable[[Callable[[Any, Optional[BaseException]], None]], None],
                    abandon: Optional[Callable[[Any], None]] = None) -> Any:
     """Run `work(settle)` on a worker thread and await what it passes to `settle(result,
-    error)`; the work may go on afterwards (a turn's driver does). ElasticWorkers, not a
+    error)`, or what it raises before it settles; the work may go on afterwards (a turn's
+    driver does). ElasticWorkers, not a
     bounded executor: one caller waiting for a busy session must never hold up another's
     turn. If the awaiting task is cancelled (or its loop closed) before the result comes,
     `abandon(result)` disposes of it, so nothing is left running unowned."""
@@ -131,6 +132,8 @@ async def off_loop(work: Callable[[Callable[[Any, Optional[BaseException]], None
             if future.cancelled():
                 if result is not None and abandon is not None:
                     abandon(result)
+            elif future.done():      # settled already: what the work raised later is not ours
+                return
             elif error is not None:
                 future.set_exception(error)
             else:
@@ -141,5 +144,11 @@ async def off_loop(work: Callable[[Callable[[Any, Optional[BaseException]], None
             if result is not None and abandon is not None:
                 abandon(result)
 
-    _async_workers.submit(lambda: work(settle), on_error=lambda e: settle(None, e))
+    def run() -> None:
+        try:
+            work(settle)
+        except BaseException as e:   # a job that raised before settling must not hang its caller
+            settle(None, e)
+
+    _async_workers.submit(run, on_error=lambda e: settle(None, e))
     return await future

@@ -8,7 +8,7 @@ import time
 import pytest
 from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
 
-from hivemind_chat_agent import TurnStatus, TurnTimeoutError
+from hivemind_chat_agent import HiveMindChatAgent, HubUnreachableError, TurnStatus, TurnTimeoutError
 
 
 def user(text):
@@ -152,3 +152,37 @@ def test_sixty_four_concurrent_async_turns_on_one_loop(creds, make_agent):
     assert all(status is TurnStatus.ANSWERED for _, status in results)
     print(f"64 async turns: {took * 1000:.0f} ms, worst loop lag {worst * 1000:.2f} ms")
     assert worst < 0.1, f"the loop stalled {worst * 1000:.1f} ms"   # benchmarks/: <= 10 ms
+
+
+@pytest.mark.parametrize("call", ["awarm_up", "abegin", "acontinue_chat", "astream_sentences"])
+def test_every_async_method_raises_a_dead_hubs_error_instead_of_hanging(call):
+    """A failure inside the worker reaches the awaiting task: the same typed error the
+    blocking method raises, at once (nothing listens on port 1)."""
+    agent = HiveMindChatAgent({"host": "ws://127.0.0.1", "port": 1, "key": "0" * 32,
+                               "password": "x", "connect_timeout": 5})
+
+    async def main():
+        if call == "awarm_up":
+            return await agent.awarm_up()
+        if call == "astream_sentences":
+            return [s async for s in agent.astream_sentences(user("hello"), "dead")]
+        return await getattr(agent, call)(user("hello"), "dead")
+    try:
+        started = time.monotonic()
+        with pytest.raises(HubUnreachableError):
+            asyncio.run(asyncio.wait_for(main(), 15))
+        assert time.monotonic() - started < 10
+    finally:
+        agent.shutdown()
+
+
+def test_off_loop_hands_the_awaiting_task_what_the_work_raised_before_settling():
+    from hivemind_chat_agent.background import off_loop
+
+    def work(settle):
+        raise ValueError("broken before settling")
+
+    async def main():
+        return await off_loop(work)
+    with pytest.raises(ValueError, match="broken before settling"):
+        asyncio.run(asyncio.wait_for(main(), 5))
