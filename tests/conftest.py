@@ -12,6 +12,35 @@ from hubs import GENERATIONS, HubProcess  # noqa: E402
 from hivemind_chat_agent import HiveMindChatAgent  # noqa: E402
 
 
+# fixtures that start a real hub, an OVOS stack or a venv: a test that uses one is a `hub` test
+HUB_FIXTURES = {"generation", "hub", "creds", "own_hub", "chat_hub", "sat_a", "sat_b", "hub5",
+                "ovos", "ovos_creds", "stop_hub", "proxy", "served", "persona", "stable_ovos",
+                "current_ovos_hub", "wheel"}
+
+
+def pytest_collection_modifyitems(items):
+    """Mark every test that uses a hub fixture `hub`; tests that start one in their body carry
+    the mark themselves (the guard below refuses them otherwise)."""
+    for item in items:
+        if HUB_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.hub)
+
+
+@pytest.fixture(autouse=True)
+def only_hub_tests_start_hubs(request, monkeypatch):
+    """The quick loop (`-m "not hub"`) must start nothing: a test without the mark that starts
+    a hub fails, naming the mark it needs."""
+    if request.node.get_closest_marker("hub") is not None:
+        return
+    from hivemind_chat_agent.bridges.local_hub import LocalHub
+    from ovos_hub import OVOSHub
+
+    def refuse(*_args, **_kwargs):
+        raise RuntimeError(f"{request.node.nodeid} starts a hub: mark it @pytest.mark.hub")
+    for cls in (HubProcess, LocalHub, OVOSHub):
+        monkeypatch.setattr(cls, "start", refuse)
+
+
 def hub_generations():
     """The hub generations the real-hub tests run against: HIVEMIND_CHAT_GENERATIONS (comma
     separated, e.g. "4.0" or "5"), all of them by default."""

@@ -2,7 +2,7 @@
 import threading
 import time
 
-from hivemind_chat_agent.core.churn_gate import ChurnGate
+from hivemind_chat_agent.client.churn_gate import ChurnGate
 
 
 def test_a_connect_waits_for_turns_in_flight_but_never_longer_than_max_wait():

@@ -35,6 +35,7 @@ def finish(child):
     return child.exitstatus
 
 
+@pytest.mark.hub     # the demo starts an embedded hub
 def test_demo_chat_remembers_a_name_within_a_session_only():
     child = spawn("demo")
     child.expect(r"\[default\] you> ")
@@ -58,12 +59,14 @@ def test_demo_chat_remembers_a_name_within_a_session_only():
     assert finish(child) == 0
 
 
+@pytest.mark.hub
 def test_demo_one_shot_prints_and_exits_zero():
     child = spawn("demo", "hello")
     child.expect(r"hub> \S+")
     assert finish(child) == 0
 
 
+@pytest.mark.hub
 def test_ctrl_c_at_the_prompt_leaves_cleanly():
     child = spawn("demo")
     child.expect(r"you> ")

@@ -124,7 +124,7 @@ def test_shutdown_during_a_turn_ends_it_and_refuses_more(creds):
 def test_bus_messages_are_never_sent_before_the_key_exists(creds):
     from hivemind_chat_agent.client.config import ClientConfig
     from hivemind_chat_agent.client.connection import HubConnection
-    from hivemind_chat_agent.core.sessions import SessionBook
+    from hivemind_chat_agent.client.session_book import SessionBook
     from ovos_bus_client.session import Session
     conn = HubConnection(ClientConfig.from_dict(creds.agent_config()), Session("plain"),
                          SessionBook("plain"))

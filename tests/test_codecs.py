@@ -8,9 +8,9 @@ from hivemind_bus_client import encryption
 from hivemind_bus_client.encryption import (SupportedCiphers, SupportedEncodings,
                                             decrypt_from_json, encrypt_as_json)
 
-from hivemind_chat_agent import leak_free_codecs
+from hivemind_chat_agent import compat
 
-leak_free_codecs.install()   # what a connection or the hub plugin does when it starts
+compat.use_leak_free_codecs()   # what a connection or the hub plugin does when it starts
 
 LEAKY = [SupportedEncodings.JSON_B91, SupportedEncodings.JSON_Z85B, SupportedEncodings.JSON_Z85P]
 
@@ -29,8 +29,8 @@ def c_codecs():
     import z85base91
     fresh = importlib.reload(z85base91)   # its module body builds the C classes anew
     codecs = {"B91": fresh.B91, "Z85B": fresh.Z85B, "Z85P": fresh.Z85P}
-    from hivemind_chat_agent import leak_free_codecs
-    leak_free_codecs.install()            # the reload put the C classes back in z85base91
+    from hivemind_chat_agent import compat
+    compat.use_leak_free_codecs()         # the reload put the C classes back in z85base91
     return codecs
 
 

@@ -9,7 +9,7 @@ from ovos_bus_client.session import Session
 from hivemind_chat_agent.client.config import ClientConfig
 from hivemind_chat_agent.client.connection import HubConnection
 from hivemind_chat_agent.core.protocol_names import TURN_TAG_KEY
-from hivemind_chat_agent.core.sessions import SessionBook
+from hivemind_chat_agent.client.session_book import SessionBook
 from hivemind_chat_agent.core.turns import Sentence
 
 CONFIG = ClientConfig.from_dict({"host": "127.0.0.1", "key": "k", "password": "p",

@@ -34,7 +34,7 @@ OFFER_4 = {"handshake": True, "min_protocol_version": 0, "max_protocol_version":
 
 
 def inputs(tmp_path, password=PASSWORD, address="127.0.0.1:5678", max_bytes=1 << 20):
-    return ExchangeInputs(password=password, access_key="key-1", hub_address=address,
+    return ExchangeInputs(password=password, hub_address=address,
                           noise_keys=NoiseKeyring(str(tmp_path), "key-1"),
                           encodings=("JSON-B64",), ciphers=("AES-GCM",),
                           max_message_bytes=max_bytes)

@@ -27,7 +27,8 @@ from hubs import GENERATIONS, HubProcess, plugin_config
 from hivemind_chat_agent import (ChatAgentProtocol, HiveMindChatAgent, HubBusyError,
                                  HubEngineError)
 from hivemind_chat_agent.errors import ConfigurationError
-from hivemind_chat_agent.core.satellites import engine_session_id, hub_secret
+from hivemind_chat_agent.core.satellites import engine_session_id
+from hivemind_chat_agent.hub.secret import hub_secret
 
 
 LOCAL_GENERATION = "4.0" if importlib.metadata.version("hivemind-core").startswith("4.") \
@@ -440,6 +441,7 @@ def relay_across(upstream, relay, relay_venv=None, **satellite_config):
         hub_a.cleanup()
 
 
+@pytest.mark.hub
 @pytest.mark.skipif(LOCAL_GENERATION == "4.0", reason="needs both generations")
 @pytest.mark.parametrize("upstream, relay, relay_venv", [
     ("4.0", "5", None),               # satellite (Noise) -> 5.x hub -> 4.0 hub (password)
@@ -457,6 +459,7 @@ def test_relay_across_generations(upstream, relay, relay_venv):
                                                                  else "4.x")
 
 
+@pytest.mark.hub
 @pytest.mark.skipif(LOCAL_GENERATION == "4.0", reason="needs both generations")
 def test_a_relay_without_noise_says_so_instead_of_hanging():
     """The same relay from a stock 4.0 venv (hivemind-bus-client 0.9.1a1, no Noise): the
@@ -530,6 +533,7 @@ def test_a_satellite_vanishing_mid_answer_leaves_no_unretrieved_write_errors(cha
     assert "never retrieved" not in chat_hub.logs()
 
 
+@pytest.mark.hub
 def test_a_re_hello_storm_releases_every_session_at_disconnect():
     """Each HELLO renames the connection in hivemind-core (name::session); the disconnect names
     only the last one. Every session the connection used is released all the same, and while

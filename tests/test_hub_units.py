@@ -4,7 +4,8 @@ import time
 
 import pytest
 
-from hivemind_chat_agent.core.satellites import SatelliteSessions, engine_session_id, hub_secret
+from hivemind_chat_agent.core.satellites import SatelliteSessions, engine_session_id
+from hivemind_chat_agent.hub.secret import hub_secret
 from hivemind_chat_agent.hub.serial_executor import KeyedSerialExecutor, QueueFull
 
 

@@ -127,6 +127,7 @@ def test_query_is_answered_by_natural_language_query(hub, identity_home):
         sat.close()
 
 
+@pytest.mark.hub
 def test_sessions_are_released_when_the_connection_closes(identity_home):
     """5.x calls the plugin's on_disconnect callback with the connection: every session it
     used is released (no hive.client.disconnect handler is needed)."""

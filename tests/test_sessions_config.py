@@ -4,7 +4,7 @@ from ovos_bus_client.session import Session, SessionManager
 
 from hivemind_chat_agent.client.config import ClientConfig, default_session_id_for
 from hivemind_chat_agent.errors import ConfigurationError
-from hivemind_chat_agent.core.sessions import SessionBook
+from hivemind_chat_agent.client.session_book import SessionBook
 
 BASE = {"host": "127.0.0.1", "key": "k" * 32, "password": "p" * 32}
 

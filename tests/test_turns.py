@@ -193,7 +193,7 @@ def ask(table, tag_of, skill="alarm.skill"):
                       tag_of("t1")), 0)
     r = table.route(speak_q("what time?", "a", tag_of("t1")), 0)
     assert r.events == [Sentence("what time?"), Ended(TurnState.ASKED, r.events[1].reason)]
-    assert first.state.in_step
+    assert first.state is TurnState.ASKED
     table.close(first)
     return first
 

@@ -27,6 +27,8 @@ from typing import Dict, List, Optional, Sequence
 from ovos_utils.log import LOG
 
 from hivemind_chat_agent import background
+from hivemind_chat_agent.core.protocol_names import (AUDIO_OUTPUT_END_TYPE, CURRENT_UTTERANCE_TYPE,
+                                                      UTTERANCE_TYPE)
 
 XDG_DIRS = {"XDG_CONFIG_HOME": "config", "XDG_DATA_HOME": "data",
             "XDG_CACHE_HOME": "cache", "XDG_STATE_HOME": "state"}
@@ -35,8 +37,7 @@ XDG_DIRS = {"XDG_CONFIG_HOME": "config", "XDG_DATA_HOME": "data",
 # current, recognizer_loop:utterance legacy) and the end of each spoken sentence, which skills
 # that speak with wait=True wait for. hivemind-core 5.x denies every type a client was not
 # allowed; 4.0 always allows recognizer_loop:utterance and ignores types it does not know.
-CLIENT_TOPICS = ("recognizer_loop:utterance", "ovos.utterance.handle",
-                 "recognizer_loop:audio_output_end")
+CLIENT_TOPICS = (UTTERANCE_TYPE, CURRENT_UTTERANCE_TYPE, AUDIO_OUTPUT_END_TYPE)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from hivemind_chat_agent.core.refusals import UtteranceTopic
 from hivemind_chat_agent.errors import AgentClosedError, HiveMindChatError
 from hivemind_chat_agent.client.pool import ConnectionPool
 from hivemind_chat_agent.client.session_store import SessionStore
-from hivemind_chat_agent.core.sessions import SessionBook
+from hivemind_chat_agent.client.session_book import SessionBook
 from hivemind_chat_agent.client.subscriptions import Subscribers, Subscription
 
 

@@ -17,7 +17,7 @@ from ovos_utils.log import LOG
 
 from hivemind_chat_agent.core.ownership import claim, namespace_of
 from hivemind_chat_agent.core.replies import Reply, ReplyKind
-from hivemind_chat_agent.core.sessions import SessionBook
+from hivemind_chat_agent.client.session_book import SessionBook
 from hivemind_chat_agent.core.turns import Absorb, Event, Routing, Turn, TurnTable
 from hivemind_chat_agent.errors import HiveMindChatError
 

@@ -39,14 +39,14 @@ from hivemind_chat_agent.client.transport import (connect_failure, exchange_inpu
                                                   open_transport, redact)
 from hivemind_chat_agent.core.frames import Opened
 from hivemind_chat_agent.core.handshake import KeyExchange, choose
-from hivemind_chat_agent.core.protocol_names import TURN_TAG_KEY
-from hivemind_chat_agent.core.refusals import (POLICY_DENIED_TYPE, UtteranceTopic,
+from hivemind_chat_agent.core.protocol_names import POLICY_DENIED_TYPE, TURN_TAG_KEY
+from hivemind_chat_agent.core.refusals import (UtteranceTopic,
                                                closed_before_ready, no_handshake_in_time,
                                                plan_denial, read_denial,
                                                refusal_after_noise_handshake,
                                                refusal_from_close, untrusted_frame)
 from hivemind_chat_agent.core.replies import ReplyKind, parse_reply
-from hivemind_chat_agent.core.sessions import SessionBook
+from hivemind_chat_agent.client.session_book import SessionBook
 from hivemind_chat_agent.errors import ConnectionLostError, HiveMindChatError, HubUnreachableError
 
 

@@ -13,6 +13,7 @@ import json
 import os
 import tempfile
 import threading
+from collections import OrderedDict
 from typing import Dict, Optional
 
 from hivemind_chat_agent.errors import ConfigurationError
@@ -96,3 +97,26 @@ class NoiseKeyring:
         except (OSError, ValueError):
             return {}
         return {str(k): str(v) for k, v in pins.items()} if isinstance(pins, dict) else {}
+
+
+_PSKS: "OrderedDict[bytes, bytes]" = OrderedDict()
+_PSKS_LOCK = threading.Lock()
+_PSKS_MAX = 64
+
+
+def cached_psk(password: str, node_id: str) -> bytes:
+    """The Noise PSK for this hub and password, derived once per process (argon2id: about
+    0.3 s and 64 MiB) and kept in memory only, for at most 64 hub and password pairs."""
+    from poorman_handshake.noise import derive_psk
+    slot = hashlib.sha256(f"{len(node_id)}:{node_id}:{password}".encode()).digest()
+    with _PSKS_LOCK:
+        psk = _PSKS.get(slot)
+        if psk is not None:
+            _PSKS.move_to_end(slot)
+            return psk
+    psk = derive_psk(password, node_id=node_id)
+    with _PSKS_LOCK:
+        _PSKS[slot] = psk
+        while len(_PSKS) > _PSKS_MAX:
+            _PSKS.popitem(last=False)
+    return psk

@@ -23,7 +23,7 @@ from ovos_bus_client.session import Session
 from ovos_utils.log import LOG
 
 from hivemind_chat_agent import background
-from hivemind_chat_agent.core.churn_gate import ChurnGate
+from hivemind_chat_agent.client.churn_gate import ChurnGate
 from hivemind_chat_agent.client.config import ClientConfig
 from hivemind_chat_agent.client.connection import HubConnection
 from hivemind_chat_agent.client.spares import Spares

@@ -74,12 +74,6 @@ class SessionStore:
         if self._saves % 50 == 1:
             self.prune()
 
-    def forget(self, session_id: str) -> None:
-        try:
-            os.unlink(self._file(session_id))
-        except OSError:
-            pass
-
     def prune(self) -> int:
         """Drop expired sessions, then the least recently saved beyond `max_sessions`."""
         try:

@@ -18,13 +18,12 @@ from hivemind_bus_client.identity import NodeIdentity
 from hivemind_bus_client.encryption import SupportedCiphers, SupportedEncodings
 from hivemind_bus_client.message import HiveMessage, HiveMessageType
 from hivemind_bus_client.util import serialize_message
-from ovos_bus_client.session import SessionManager
 from ovos_utils.log import LOG
 from websocket import ABNF, WebSocketPayloadException, WebSocketProtocolException
 
-from hivemind_chat_agent import leak_free_codecs
+from hivemind_chat_agent import compat
 from hivemind_chat_agent.core.frames import Opened, Verdict, open_frame
-from hivemind_chat_agent.client.noise_keys import NoiseKeyring
+from hivemind_chat_agent.client.noise_keys import NoiseKeyring, cached_psk
 from hivemind_chat_agent.core.handshake import ExchangeInputs, SecureChannel
 from hivemind_chat_agent.errors import ConnectionLostError, HiveMindChatError, HubUnreachableError
 
@@ -102,21 +101,10 @@ class Transport(HiveMessageBusClient):
 
     def _bound_frames(self):
         """Refuse a frame by its header, before reading it: websocket-client would otherwise
-        buffer any length the hub announces (a 50 MB frame cost 65-122 MB), and the same for
-        a message split into continuation frames."""
-        ws = self.client.sock
-        buffer, cont = getattr(ws, "frame_buffer", None), getattr(ws, "cont_frame", None)
-        if buffer is None or cont is None:
-            return
-        limit = self._owner.config.max_frame_bytes
-        read_length = buffer.recv_length
-
-        def bounded_length():
-            read_length()
-            pending = len(cont.cont_data[1]) if cont.cont_data else 0
-            if (buffer.length or 0) + pending > limit:
-                raise _FrameTooLarge(buffer.length + pending)
-        buffer.recv_length = bounded_length
+        buffer any length the hub announces, and the same for a message split into
+        continuation frames."""
+        compat.bound_frame_length(self.client.sock, self._owner.config.max_frame_bytes,
+                                  _FrameTooLarge)
 
     def on_error(self, *args):
         self.channel = None
@@ -316,27 +304,20 @@ class _FrameTooLarge(Exception):
 
 def open_transport(owner: Any, cfg, useragent: str, session_id: str) -> Transport:
     """The websocket client for one HubConnection (`owner` gets its callbacks)."""
-    leak_free_codecs.install()   # a hub that picks JSON-B91/Z85 must not leak every frame here
+    compat.for_client()
     identity = NodeIdentity(identity_file=IdentityInMemory(name=useragent))
     identity.site_id = cfg.site_id or "unknown"
-    # The library's constructor registers a blank Session under our id; keep the real one.
-    saved = SessionManager.sessions.get(session_id)
-    try:
+    with compat.without_registering(session_id):   # its constructor registers a blank Session
         return Transport(owner, key=cfg.key, password=cfg.password, host=cfg.url_host,
                          port=cfg.port, useragent=useragent, self_signed=cfg.self_signed,
                          identity=identity, internal_bus=NullBus(session_id))
-    finally:
-        if saved is not None:
-            SessionManager.sessions[session_id] = saved
-        else:
-            SessionManager.sessions.pop(session_id, None)
 
 
 def exchange_inputs(cfg) -> ExchangeInputs:
     """What either generation's handshake needs from this client."""
     return ExchangeInputs(
-        password=cfg.password, access_key=cfg.key, hub_address=f"{cfg.host}:{cfg.port}",
-        noise_keys=NoiseKeyring(cfg.noise_key_dir, cfg.key),
+        password=cfg.password, hub_address=f"{cfg.host}:{cfg.port}",
+        noise_keys=NoiseKeyring(cfg.noise_key_dir, cfg.key), psk=cached_psk,
         encodings=tuple(e.value for e in ENCODINGS), ciphers=tuple(preferred_ciphers()),
         max_message_bytes=cfg.max_frame_bytes)
 

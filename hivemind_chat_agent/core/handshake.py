@@ -8,7 +8,7 @@ the hub sends. Nothing here does I/O, so every step is testable without a socket
 """
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from hivemind_bus_client.message import HiveMessage
 
@@ -56,12 +56,14 @@ class KeyExchange(ABC):
 class ExchangeInputs:
     """What a key exchange needs: the client's secrets and where its Noise keys live."""
     password: str = field(repr=False)
-    access_key: str = field(repr=False)
     hub_address: str                   # host:port, the hub key's pin is kept under it
     noise_keys: Any = None             # NoiseKeyring (handshake_noise), None for no Noise
     encodings: Tuple[str, ...] = ()
     ciphers: Tuple[str, ...] = ()
     max_message_bytes: int = 1 << 20
+    # (password, hub node id) -> the Noise PSK; the client passes one that remembers each
+    # derivation (argon2id, about 0.3 s and 64 MiB), None derives it every time
+    psk: Optional[Callable[[str, str], bytes]] = field(default=None, repr=False)
 
 
 def offers_noise(offer: Dict[str, Any]) -> bool:

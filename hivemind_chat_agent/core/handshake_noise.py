@@ -3,17 +3,14 @@
 The cryptography is hivemind-bus-client's (`hivemind_bus_client.noise`, on poorman-handshake's
 Noise primitive); this module only drives it. What it adds for a chat client:
 
-* the PSK (argon2id of the password, ~0.3 s and 64 MiB) is derived once per process, hub and
-  password, and never cached on disk: hivemind-bus-client's disk cache is keyed by access key,
-  so a wrong or rotated password would go unnoticed for as long as the old key is cached;
+* the PSK (argon2id of the password) comes from `ExchangeInputs.psk`, which the client keeps
+  in memory only (client/noise_keys.py): hivemind-bus-client's disk cache is keyed by access
+  key, so a wrong or rotated password would go unnoticed for as long as the old key is cached;
 * the client's static key is one per access key (a 5.x hub pins it; `NoiseKeyring`), and the
   hub's static key is pinned by address on first use: a different key later is refused;
 * we always choose XXpsk2 and check the pin ourselves, so a hub that lost our key (reinstalled)
   costs no failed KKpsk0 round first.
 """
-import hashlib
-import threading
-from collections import OrderedDict
 from typing import Any, Dict, List, Optional, Tuple
 
 from hivemind_bus_client.message import HiveMessage, HiveMessageType
@@ -27,25 +24,8 @@ from hivemind_chat_agent.core.handshake import ExchangeInputs, Frame, KeyExchang
 from hivemind_chat_agent.errors import (HubKeyChangedError, UnsupportedHubError,
                                         WrongPasswordError)
 
-_PSKS: "OrderedDict[bytes, bytes]" = OrderedDict()
-_PSKS_LOCK = threading.Lock()
-_PSKS_MAX = 64
-
-
-def psk_for(password: str, node_id: str) -> bytes:
-    """The Noise PSK for this hub and password, derived once per process (in memory only)."""
-    slot = hashlib.sha256(f"{len(node_id)}:{node_id}:{password}".encode()).digest()
-    with _PSKS_LOCK:
-        psk = _PSKS.get(slot)
-        if psk is not None:
-            _PSKS.move_to_end(slot)
-            return psk
-    psk = derive_psk(password, node_id=node_id)
-    with _PSKS_LOCK:
-        _PSKS[slot] = psk
-        while len(_PSKS) > _PSKS_MAX:
-            _PSKS.popitem(last=False)
-    return psk
+def _derive(password: str, node_id: str) -> bytes:
+    return derive_psk(password, node_id=node_id)
 
 
 class NoiseExchange(KeyExchange):
@@ -75,7 +55,7 @@ class NoiseExchange(KeyExchange):
         self._hs = start_noise_handshake(
             initiator=True, pattern=self._pattern, suite=self._suite, password=None,
             node_id=self._node_id, prologue=self._prologue, key_path=keys.ensure(),
-            psk=psk_for(self._inputs.password, self._node_id))
+            psk=(self._inputs.psk or _derive)(self._inputs.password, self._node_id))
         hello = canonical_json({"binarize": False, "encodings": list(self._inputs.encodings)})
         return HiveMessage(HiveMessageType.HANDSHAKE, {"noise": {
             "pattern": self._pattern, "suite": self._suite,

@@ -5,7 +5,8 @@ with these sets instead of single strings.
 """
 
 UTTERANCE_TYPE = "recognizer_loop:utterance"          # what a satellite sends for one turn
-UTTERANCE_TYPES = frozenset({UTTERANCE_TYPE, "ovos.utterance.handle"})
+CURRENT_UTTERANCE_TYPE = "ovos.utterance.handle"      # its name in newer OVOS (5.x: "current")
+UTTERANCE_TYPES = frozenset({UTTERANCE_TYPE, CURRENT_UTTERANCE_TYPE})
 
 SPEAK_TYPE = "speak"
 SPEAK_TYPES = frozenset({SPEAK_TYPE, "ovos.utterance.speak"})
@@ -33,6 +34,9 @@ AUDIO_OUTPUT_END_TYPE = "recognizer_loop:audio_output_end"
 STOP_TYPE = "mycroft.stop"
 STOP_TYPES = frozenset({STOP_TYPE, "ovos.stop"})
 STOP_RESPONSE_SUFFIX = ".stop.response"   # "<skill_id>.stop.response", {"result": stopped}
+
+# What a 5.x hub answers to a message type the client was not allowed (or a quota refused).
+POLICY_DENIED_TYPE = "hive.policy.denied"
 
 # The name our hub plugin answers under (`meta.skill` of its speech, its stop answers).
 CHAT_PLUGIN_NAME = "hivemind-chat-agent-plugin"

@@ -4,39 +4,14 @@ A satellite declares its own session id, and two satellites may declare the same
 must see one conversation per satellite session, stable across turns and reconnects, so the
 engine's session_id is the declared id namespaced by the satellite's access key, keyed with a
 secret of the hub's own (HMAC: session ids end up in logs, keys must not, and no satellite can
-compute another's id). Entries expire after a TTL and are dropped on disconnect.
+compute another's id; hub/secret.py keeps it). Entries expire after a TTL and are dropped on
+disconnect.
 """
 import hashlib
 import hmac
-import os
-import secrets
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Set
-
-SECRET_FILE = ("hivemind-chat-agent", "hub-secret")
-
-
-def hub_secret(data_home: str) -> bytes:
-    """This hub's own random secret, created on first use under its data dir (mode 0600).
-
-    Engine session ids are keyed with it, so nobody outside the hub can compute another
-    satellite's id, and they reveal nothing of an access key."""
-    path = os.path.join(data_home, *SECRET_FILE)
-    try:
-        with open(path, "rb") as f:
-            secret = f.read()
-        if len(secret) >= 32:
-            return secret
-    except OSError:
-        pass
-    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-    secret = secrets.token_bytes(32)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(secret)
-    return secret
-
 
 def client_fingerprint(secret: bytes, access_key: str) -> str:
     return hmac.new(secret, access_key.encode(), hashlib.sha256).hexdigest()[:16]

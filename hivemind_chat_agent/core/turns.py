@@ -27,12 +27,6 @@ class TurnState(str, Enum):
     def is_final(self) -> bool:
         return self not in (TurnState.WAITING, TurnState.SPEAKING)
 
-    @property
-    def in_step(self) -> bool:
-        """Ended the way the hub meant it to: the connection is still in step with the hub."""
-        return self in (TurnState.HANDLED, TurnState.ASKED, TurnState.UNMATCHED,
-                        TurnState.CANCELLED)
-
 
 @dataclass(frozen=True)
 class Sentence:

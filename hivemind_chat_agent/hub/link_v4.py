@@ -10,9 +10,9 @@ from hivemind_bus_client.message import HiveMessage, HiveMessageType
 from ovos_bus_client.message import Message
 from ovos_utils.log import LOG
 
+from hivemind_chat_agent import compat
 from hivemind_chat_agent.hub.links import ReplyNotSent
 
-NAME = "hivemind-core 4.x (password handshake)"
 _ENCRYPTED_MARK = "_hivemind_chat_encrypted"
 
 
@@ -69,24 +69,13 @@ def write_frame(client, frame, binary: bool) -> None:
     closes while a frame is in flight, that Future fails and asyncio later logs "Task exception
     was never retrieved" with a traceback, once per frame. The handler is the one `send_msg`
     closes over (hivemind-websocket-protocol); without it, `send_msg` is used as is."""
-    handler = _socket_handler(client)
+    handler = compat.socket_handler(getattr(client, "send_msg", None))
     if handler is None:
         client.send_msg(frame, binary)
         return
     future = handler.write_message(frame, binary)
     if future is not None and hasattr(future, "add_done_callback"):
         future.add_done_callback(_consume_write)
-
-
-def _socket_handler(client):
-    for cell in getattr(getattr(client, "send_msg", None), "__closure__", None) or ():
-        try:
-            candidate = cell.cell_contents
-        except ValueError:     # an empty cell
-            continue
-        if callable(getattr(candidate, "write_message", None)):
-            return candidate
-    return None
 
 
 def _consume_write(future) -> None:
@@ -96,29 +85,16 @@ def _consume_write(future) -> None:
 
 
 def install() -> None:
-    """Wrap hivemind-core 4.x's `HiveMindClientConnection.decode` (once per process) to mark
-    whether each decoded frame was ciphertext. Decoding runs on the hub's IO loop, which then
-    hands the message to the agent protocol synchronously, so the mark belongs to that very
-    message. Behaviour is otherwise unchanged. Nothing is wrapped on a core whose connections
-    have no `crypto_key` (5.x: Noise only, core itself refuses clear frames). The upstream fix:
-    reject plain-text frames once a connection has a key (the TODO in `decode`) and verify the
-    password envelope."""
-    try:
-        from hivemind_core.protocol import HiveMindClientConnection
-    except ImportError:
-        return
-    if not hasattr(HiveMindClientConnection, "crypto_key"):
-        return
-    original = HiveMindClientConnection.decode
-    if getattr(original, "_hivemind_chat_watch", False):
-        return
+    """Mark each decoded frame as ciphertext or not (compat.watch_v4_decoding), once per
+    process. Nothing is wrapped on a core whose connections have no `crypto_key` (5.x: Noise
+    only, core itself refuses clear frames)."""
+    compat.watch_v4_decoding(_mark)
 
-    def decode(self, payload, *args, **kwargs):
-        setattr(self, _ENCRYPTED_MARK, False)
-        message = original(self, payload, *args, **kwargs)   # raises on a failed decryption
-        setattr(self, _ENCRYPTED_MARK, bool(getattr(self, "crypto_key", None)) and (
-            isinstance(payload, bytes) or
-            (isinstance(payload, str) and "ciphertext" in payload)))
-        return message
-    decode._hivemind_chat_watch = True
-    HiveMindClientConnection.decode = decode
+
+def _mark(client, payload) -> None:
+    """After `decode`: was this frame ciphertext under the connection's key? (None: a frame
+    being decoded, unproven until it is.)"""
+    setattr(client, _ENCRYPTED_MARK, payload is not None and
+            bool(getattr(client, "crypto_key", None)) and
+            (isinstance(payload, bytes) or
+             (isinstance(payload, str) and "ciphertext" in payload)))

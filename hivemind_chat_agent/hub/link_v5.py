@@ -12,8 +12,6 @@ from ovos_bus_client.message import Message
 
 from hivemind_chat_agent.hub.links import ReplyNotSent
 
-NAME = "hivemind-core 5.x (protocol v3, Noise)"
-
 
 def fits(client) -> bool:
     """A connection that speaks Noise (5.x), or will: a core whose connections also carry a

@@ -15,7 +15,6 @@ the satellite session it belongs to, while the satellite is connected.
 import dataclasses
 import threading
 import time
-import uuid
 from dataclasses import dataclass
 from threading import Lock
 from typing import Any, Dict, Iterator, Optional
@@ -27,11 +26,15 @@ from ovos_plugin_manager.templates.agents import AgentMessage, ChatEngine, Messa
 from ovos_utils.log import LOG
 from ovos_utils.xdg_utils import xdg_data_home
 
-from hivemind_chat_agent import background, leak_free_codecs
+from hivemind_chat_agent import background, compat
+from hivemind_chat_agent.core.conversation import conversation_for_turn
 from hivemind_chat_agent.core.protocol_names import SPEAK_TYPE, STOP_TYPES, UTTERANCE_TYPES
-from hivemind_chat_agent.core.satellites import SatelliteSessions, engine_session_id, hub_secret
-from hivemind_chat_agent.core.sessions import register
+from hivemind_chat_agent.core.satellites import SatelliteSessions, engine_session_id
+from hivemind_chat_agent.hub.secret import hub_secret
+from hivemind_chat_agent.compat import register_session as register
 from hivemind_chat_agent.hub.agent_bus import AgentBus
+from hivemind_chat_agent.hub.connections import (connection_client, connection_closed,
+                                                 connection_token, mark_closed)
 from hivemind_chat_agent.hub.hub_turn import HubTurn, OpenTurns
 from hivemind_chat_agent.hub.links import ReplyNotSent, install_links, link_for
 from hivemind_chat_agent.hub.query import stream_answer
@@ -78,7 +81,7 @@ class ChatAgentProtocol(AgentProtocol):
         self._sweeping = False
         self.open_turns = OpenTurns()
         install_links()
-        leak_free_codecs.install()   # stock satellites pick JSON-B91, whose C codec leaks
+        compat.for_hub()   # stock satellites pick JSON-B91, whose C codec leaks
         for msg_type in UTTERANCE_TYPES:
             self.bus.on(msg_type, self._on_utterance)
         for msg_type in STOP_TYPES:
@@ -213,7 +216,7 @@ class ChatAgentProtocol(AgentProtocol):
         clients = self.clients      # {} before hivemind-core binds the plugin
         for peer in [p for p, c in list(clients.items()) if c is client and p != client.peer]:
             clients.pop(peer, None)
-        setattr(client, _CLOSED, True)   # replies still on their way to it are not sent
+        mark_closed(client)   # replies still on their way to it are not sent
         with self._satellites_lock:     # by the object: its peer string may be stale
             gone = self.satellites.closed(connection_token(client))
         self._forget_sessions(gone)
@@ -302,9 +305,10 @@ class ChatAgentProtocol(AgentProtocol):
             turn.abandon()
             return
         turn.deadline = time.monotonic() + self.settings.timeout
+        kept = SessionManager.sessions.get(turn.session_id)
         sess = Session.deserialize(conversation_for_turn(
             turn.satellite_session, turn.session_id,
-            SessionManager.sessions.get(turn.session_id)))
+            kept.serialize() if kept is not None else None))
         register(sess)
         try:
             self._follow_asides(turn)
@@ -375,53 +379,6 @@ class ChatAgentProtocol(AgentProtocol):
         stop = getattr(self.engine, "shutdown", None)
         if callable(stop):
             stop()
-
-
-_TOKEN = "_hivemind_chat_connection"
-_CLOSED = "_hivemind_chat_closed"
-
-
-def connection_closed(client) -> bool:
-    """Has hivemind-core reported this connection gone (its on_disconnect callback)?"""
-    return bool(getattr(client, _CLOSED, False))
-
-
-def connection_client(client) -> str:
-    """Whose turn this is, for fairness: the access key's registered client (every
-    connection and session of one key shares its bounds)."""
-    return str(getattr(client, "key", None) or connection_token(client))
-
-
-def connection_token(client) -> str:
-    """A name for this connection that, unlike its peer string, never changes."""
-    token = getattr(client, _TOKEN, None)
-    if token is None:
-        token = uuid.uuid4().hex
-        setattr(client, _TOKEN, token)
-    return token
-
-
-# What skills change between turns: the hub keeps it for each satellite session, because a
-# minimal satellite (firmware, a script, a web page) sends only its id and language every turn.
-# ovos-bus-client 2.x names: active_handlers, response_mode, and intent_context (the canonical
-# form of context, which it reads first: a satellite's empty one must not hide the kept one)
-CONVERSATION_FIELDS = ("active_skills", "utterance_states", "context", "active_handlers",
-                       "response_mode", "intent_context")
-
-
-def conversation_for_turn(declared: Dict[str, Any], session_id: str,
-                          kept: Optional[Session]) -> Dict[str, Any]:
-    """The Session a satellite's turn runs with: what the satellite declares (language,
-    location, units, site id; the hub's policy fields as hivemind-core injected them), and the
-    conversation as the hub kept it from the session's previous turn. A satellite that echoes
-    the state back and one that never does get the same multi-turn behaviour."""
-    data = {**declared, "session_id": session_id}
-    if kept is not None:
-        state = kept.serialize()
-        for name in CONVERSATION_FIELDS:
-            if name in state:
-                data[name] = state[name]
-    return data
 
 
 def _first_utterance(data: Any) -> Optional[str]:

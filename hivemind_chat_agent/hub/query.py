@@ -14,7 +14,7 @@ from ovos_bus_client.session import Session, SessionManager
 from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
 from ovos_utils.log import LOG
 
-from hivemind_chat_agent.core.sessions import register
+from hivemind_chat_agent.compat import register_session as register
 from hivemind_chat_agent.hub.serial_executor import QueueFull
 
 if TYPE_CHECKING:

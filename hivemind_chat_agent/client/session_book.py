@@ -13,21 +13,8 @@ from ovos_bus_client.session import Session, SessionManager
 from ovos_utils.log import LOG
 
 from hivemind_chat_agent.client.session_store import SessionStore
-
-
-# ovos-bus-client 2.x: SessionManager._lock; 1.x (in hivemind-core 4.0 hubs): a private one
-_REGISTRY_LOCK = getattr(SessionManager, "_lock", None) or \
-    getattr(SessionManager, "_SessionManager__lock")
-
-
-def register(sess: Session) -> Session:
-    """Keep `sess` in `SessionManager.sessions` under its id. ovos-bus-client 1.x did this in
-    `SessionManager.update`; 2.x (OVOS-SESSION-2) keeps only the default session there and
-    treats named ones as carried by each message, so the registry is written directly: the
-    agents, personas and skills in this process still find a conversation's Session by id."""
-    with _REGISTRY_LOCK:
-        SessionManager.sessions[sess.session_id] = sess
-    return sess
+from hivemind_chat_agent.compat import register_session as register
+from hivemind_chat_agent.core.conversation import CONVERSATION_FIELDS, HUB_FIELDS
 
 
 # Which skills wait for the user's answer: ovos-bus-client 1.x sends `utterance_states`, 2.x
@@ -43,15 +30,6 @@ _FIELD_TYPES = {
     "location": dict, "is_speaking": bool, "is_recording": bool,
 }
 
-# The conversation itself: what skills change and the next turn must carry back.
-CONVERSATION_FIELDS = ("session_id", "active_skills", "utterance_states", "context",
-                       # OVOS-SESSION-2 (ovos-bus-client 2.x) names
-                       "active_handlers", "response_mode", "intent_context")
-# The hub's policy and live state: sent only where the caller set them. A Session built on the
-# client fills these from the client machine's defaults (its pipeline names matchers the hub
-# may not have; its blacklist is the client's), and ovos-core would obey them.
-HUB_FIELDS = ("pipeline", "blacklisted_skills", "blacklisted_intents", "is_speaking",
-              "is_recording")
 
 
 class SessionBook:
@@ -141,7 +119,7 @@ class SessionBook:
             keep = {k: v for k, v in raw.items() if k not in HUB_FIELDS}
         else:
             full = session.serialize()
-            keep = {k: full[k] for k in CONVERSATION_FIELDS if k in full}
+            keep = {k: full[k] for k in ("session_id",) + CONVERSATION_FIELDS if k in full}
         keep.update(caller)
         return keep
 

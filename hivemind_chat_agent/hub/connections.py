@@ -1,0 +1,34 @@
+"""What the hub plugin notes on a satellite's connection object (hivemind-core's own, 4.x or
+5.x): a token that, unlike the peer name core files it under, never changes (a HELLO renames a
+connection), whose client it is for fairness, and whether core has reported it gone. Replies
+are addressed to the object, so a rename never loses them and a closed one gets nothing."""
+import uuid
+
+
+_TOKEN = "_hivemind_chat_connection"
+_CLOSED = "_hivemind_chat_closed"
+
+
+def mark_closed(client) -> None:
+    """hivemind-core reported this connection gone: nothing more is written to it."""
+    setattr(client, _CLOSED, True)
+
+
+def connection_closed(client) -> bool:
+    """Has hivemind-core reported this connection gone (its on_disconnect callback)?"""
+    return bool(getattr(client, _CLOSED, False))
+
+
+def connection_client(client) -> str:
+    """Whose turn this is, for fairness: the access key's registered client (every
+    connection and session of one key shares its bounds)."""
+    return str(getattr(client, "key", None) or connection_token(client))
+
+
+def connection_token(client) -> str:
+    """A name for this connection that, unlike its peer string, never changes."""
+    token = getattr(client, _TOKEN, None)
+    if token is None:
+        token = uuid.uuid4().hex
+        setattr(client, _TOKEN, token)
+    return token

@@ -1,0 +1,74 @@
+"""Each patch in compat.py needs attributes of another library; these fail when one of the
+pinned versions (constraints.txt, and the 4.0 hub's venv) no longer has them."""
+import json
+import subprocess
+
+import pytest
+
+from hivemind_chat_agent import compat
+
+
+def test_the_codecs_exist_where_the_leak_free_ones_go():
+    import importlib
+    for user in compat.CODEC_USERS:
+        module = importlib.import_module(user)
+        assert all(hasattr(module, name) for name in compat.PURE_CODECS), user
+    for name, pure in compat.PURE_CODECS.items():
+        assert hasattr(importlib.import_module(pure), name)
+    compat.use_leak_free_codecs()
+    from hivemind_bus_client import encryption
+    assert encryption.B91.__module__ == compat.PURE_CODECS["B91"]
+
+
+def test_websocket_clients_frame_buffer_can_be_bounded():
+    from websocket._abnf import continuous_frame, frame_buffer
+
+    class Sock:
+        def __init__(self):
+            self.frame_buffer = frame_buffer(lambda n: b"", True)
+            self.cont_frame = continuous_frame(True, False)
+    sock = Sock()
+    assert compat.bound_frame_length(sock, 10, lambda size: ValueError(size))
+    sock.frame_buffer.header = (1, 0, 0, 0, 1, 0, 126)     # a header announcing 126+ bytes
+    sock.frame_buffer.recv_strict = lambda n: (300).to_bytes(2, "big")
+    with pytest.raises(ValueError, match="300"):
+        sock.frame_buffer.recv_length()
+
+
+def test_the_bus_clients_constructor_leaves_the_session_registry_alone():
+    from hivemind_bus_client.client import HiveMessageBusClient
+    from ovos_bus_client.session import Session, SessionManager
+    mine = Session("compat-registry")
+    compat.register_session(mine)
+    with compat.without_registering("compat-registry"):
+        HiveMessageBusClient(key="k" * 32, password="p", host="ws://127.0.0.1", port=1,
+                             useragent="compat", internal_bus=None)
+    assert SessionManager.sessions["compat-registry"] is mine
+    SessionManager.sessions.pop("compat-registry", None)
+
+
+def test_the_session_registry_has_its_lock():
+    assert compat._registry_lock() is not None
+
+
+@pytest.mark.hub
+def test_a_4_0_hubs_connection_still_decodes_where_the_watch_wraps_it():
+    """Run in the hivemind-core 4.0.0 venv: the wrapped `decode` and the tornado handler that
+    hivemind-websocket-protocol's `send_msg` closes over."""
+    import hub_venvs
+    venv = hub_venvs.ensure_venv("hub-4.0")
+    probe = (
+        "import json\n"
+        "from hivemind_chat_agent import compat\n"
+        "from hivemind_core.protocol import HiveMindClientConnection as C\n"
+        "marks = []\n"
+        "wrapped = compat.watch_v4_decoding(lambda c, p: marks.append(p))\n"
+        "import hivemind_websocket_protocol as w\n"
+        "print(json.dumps({'wrapped': wrapped, 'key': hasattr(C, 'crypto_key'),\n"
+        "                  'decode': getattr(C.decode, '_hivemind_chat_watch', False),\n"
+        "                  'handler': hasattr(w, 'HiveMindTornadoWebSocket')}))\n")
+    out = subprocess.run([f"{venv}/bin/python", "-c", probe], capture_output=True, text=True,
+                         timeout=120, env={"PYTHONPATH": hub_venvs.package_path()})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {
+        "wrapped": True, "key": True, "decode": True, "handler": True}
