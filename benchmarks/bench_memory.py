@@ -17,7 +17,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from ovos_bus_client.session import Session, SessionManager  # noqa: E402
 
-from hivemind_chat_agent.core.sessions import SessionBook  # noqa: E402
+from hivemind_chat_agent.client.session_book import SessionBook  # noqa: E402
 
 
 def hub_reply(sid: str) -> dict:
