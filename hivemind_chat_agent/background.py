@@ -9,6 +9,7 @@ import asyncio
 import queue
 import signal
 import threading
+import time
 from typing import Any, Callable, Optional
 
 _BLOCKED = {signal.SIGINT, signal.SIGTERM}
@@ -152,3 +153,25 @@ async def off_loop(work: Callable[[Callable[[Any, Optional[BaseException]], None
 
     _async_workers.submit(run, on_error=lambda e: settle(None, e))
     return await future
+
+
+class SystemClock:
+    """core.clock.Clock on the real clock: monotonic time, real sleeps, and `call_later` on a
+    daemon timer thread started from the launcher (never waiting in Thread.start())."""
+
+    now = staticmethod(time.monotonic)
+    sleep = staticmethod(time.sleep)
+
+    @staticmethod
+    def call_later(delay: float, action: Callable[[], Any]) -> Callable[[], None]:
+        timer = threading.Timer(delay, action)
+        timer.daemon = True
+        start_soon(timer)
+        return timer.cancel
+
+    @staticmethod
+    def wait(condition: Any, timeout: float) -> bool:
+        return condition.wait(timeout)
+
+
+SYSTEM_CLOCK = SystemClock()

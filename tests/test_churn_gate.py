@@ -1,90 +1,78 @@
-"""ChurnGate: connects/closes kept apart from turns in flight, bounded; bursts of turns spaced."""
-import threading
-import time
+"""ChurnGate: connects/closes kept apart from turns in flight, bounded; bursts of turns spaced.
+On a fake clock: a test holds the gate with an ExitStack and lets a scheduled action release it,
+as another thread would."""
+from contextlib import ExitStack
 
+from fake_clock import FakeClock
 from hivemind_chat_agent.client.churn_gate import ChurnGate
 
 
 def test_a_connect_waits_for_turns_in_flight_but_never_longer_than_max_wait():
-    gate = ChurnGate(max_wait=0.3)
-    entered = threading.Event()
-    release = threading.Event()
+    clock = FakeClock()
+    gate = ChurnGate(max_wait=0.3, clock=clock)
+    with gate.turn():                       # a long turn in flight
+        start = clock.now()
+        with gate.change():
+            assert round(clock.now() - start, 6) == 0.3   # bounded: it cannot hold connects forever
+    start = clock.now()
+    with gate.change():                     # no turn in flight: at once
+        assert clock.now() == start
 
-    def turn():
-        with gate.turn():
-            entered.set()
-            release.wait(2)
-    t = threading.Thread(target=turn)
-    t.start()
-    entered.wait(1)
-    start = time.monotonic()
-    with gate.change():
-        waited = time.monotonic() - start
-    assert 0.25 <= waited < 0.6          # bounded: a long turn cannot hold connects forever
-    threading.Timer(0.1, release.set).start()
-    start = time.monotonic()
-    t.join(2)
-    with gate.change():
-        assert time.monotonic() - start < 0.3
+
+def test_a_connect_goes_as_soon_as_the_turns_in_flight_end():
+    clock = FakeClock()
+    gate = ChurnGate(max_wait=1.0, clock=clock)
+    with ExitStack() as turn_in_flight:
+        turn_in_flight.enter_context(gate.turn())
+        clock.call_later(0.1, turn_in_flight.close)
+        start = clock.now()
+        with gate.change():
+            assert round(clock.now() - start, 6) == 0.1
 
 
 def test_a_turn_waits_for_a_connect_in_progress():
-    gate = ChurnGate(max_wait=1.0)
-    in_change = threading.Event()
-
-    def connect():
-        with gate.change():
-            in_change.set()
-            time.sleep(0.2)
-    threading.Thread(target=connect).start()
-    in_change.wait(1)
-    start = time.monotonic()
-    with gate.turn():
-        assert 0.15 <= time.monotonic() - start < 0.6
+    clock = FakeClock()
+    gate = ChurnGate(max_wait=1.0, clock=clock)
+    with ExitStack() as connecting:
+        connecting.enter_context(gate.change())
+        clock.call_later(0.2, connecting.close)
+        start = clock.now()
+        with gate.turn():
+            assert round(clock.now() - start, 6) == 0.2
 
 
 def test_concurrent_turns_are_spaced_and_sequential_ones_never_delayed():
-    gate = ChurnGate(max_wait=1.0, stagger=0.05)
-    start = time.monotonic()
+    clock = FakeClock()
+    gate = ChurnGate(max_wait=1.0, stagger=0.05, clock=clock)
+    start = clock.now()
     for _ in range(5):
         with gate.turn():
             pass
-    assert time.monotonic() - start < 0.04
-
-    starts, hold = [], threading.Event()
-
-    def turn():
-        with gate.turn():
-            starts.append(time.monotonic())
-            hold.wait(2)
-    threads = [threading.Thread(target=turn) for _ in range(4)]
-    for t in threads:
-        t.start()
-    deadline = time.monotonic() + 2
-    while len(starts) < 4 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    hold.set()
-    for t in threads:
-        t.join(2)
-    starts.sort()
-    assert len(starts) == 4
-    assert all(b - a >= 0.045 for a, b in zip(starts, starts[1:])), starts
+    assert clock.now() == start
+    starts = []
+    with ExitStack() as in_flight:
+        for _ in range(4):
+            in_flight.enter_context(gate.turn())
+            starts.append(round(clock.now() - start, 6))
+    assert starts == [0.0, 0.05, 0.1, 0.15]
 
 
 def test_zero_disables_the_guard():
-    gate = ChurnGate(max_wait=0, stagger=0)
+    clock = FakeClock()
+    gate = ChurnGate(max_wait=0, stagger=0, clock=clock)
     with gate.turn():
-        start = time.monotonic()
+        start = clock.now()
         with gate.change():
-            assert time.monotonic() - start < 0.05
+            assert clock.now() == start
 
 
 def test_a_relaxed_gate_neither_spaces_nor_waits():
-    gate = ChurnGate(max_wait=1.0, stagger=0.2)
+    clock = FakeClock()
+    gate = ChurnGate(max_wait=1.0, stagger=0.2, clock=clock)
     gate.relax()
-    start = time.monotonic()
+    start = clock.now()
     with gate.turn():
         with gate.turn():          # would be spaced 0.2 s
             with gate.change():    # would wait up to 1 s for the turns in flight
                 pass
-    assert time.monotonic() - start < 0.05
+    assert clock.now() == start

@@ -1,7 +1,5 @@
 """Which replies a connection hands to a turn, fed straight into it (no socket): the session id
 rules of both hub generations and of the 4.13-4.14 hubs that namespace ids without restoring."""
-import time
-
 import pytest
 from ovos_bus_client.message import Message
 from ovos_bus_client.session import Session
@@ -77,36 +75,27 @@ def test_an_untagged_namespaced_reply_is_ours_only_under_our_own_prefix(conn):
     assert heard(handle) == ["tagged", "untagged, ours"]
 
 
-def test_the_audio_end_is_repeated_at_growing_gaps_until_the_turn_ends(monkeypatch):
+def test_the_audio_end_is_repeated_at_growing_gaps_until_the_turn_ends():
     """ovos-core may subscribe to the audio end after our report (a skill's
     wait_while_speaking checks, then listens): repeats while the turn is open cover a late
-    listener, and stop once the turn is over."""
-    from hivemind_chat_agent.client import satellite_reports
-    monkeypatch.setattr(satellite_reports, "AUDIO_END_ECHO", 0.05)
-    monkeypatch.setattr(satellite_reports, "AUDIO_END_ECHO_MAX", 0.2)
-    c = HubConnection(ClientConfig.from_dict({"host": "127.0.0.1", "key": "k", "password": "p"}),
-                      Session("mine"), SessionBook("d"))
-    c._ready.set()                # as after the handshake
-    reports = []
-    monkeypatch.setattr(c.reports, "audio_end",
-                        lambda session_id, tag=None: reports.append(time.monotonic()))
-    try:
-        handle = open_turn(c, "mine", "t1")
-        start = time.monotonic()
-        speak(c, "still thinking", "mine", "t1")
-        time.sleep(0.75)          # reports at 0, .05, .15, .35, .55, .75 (gaps capped at .2)
-        assert heard(handle) == ["still thinking"]
-        gaps = [round(b - a, 2) for a, b in zip(reports, reports[1:])]
-        assert len(reports) >= 5 and reports[0] - start < 0.02, gaps
-        assert gaps[0] < 0.1 and all(g <= 0.3 for g in gaps), gaps
-        c.finish_turn(handle)         # the turn is over: the next repeat is the last
-        time.sleep(0.5)
-        count = len(reports)
-        time.sleep(0.5)
-        assert len(reports) == count
-    finally:
-        c._ended.set()
-        c._transport.release()
+    listener, once per session however many sentences came, and stop once the turn is over."""
+    from fake_clock import FakeClock
+    from hivemind_chat_agent.client.satellite_reports import SatelliteReports
+    from hivemind_chat_agent.compat import register_session
+    clock, sent, open_turns = FakeClock(), [], {"mine"}
+    reports = SatelliteReports(
+        emit=lambda m: sent.append((round(clock.now(), 6), m.context[TURN_TAG_KEY])),
+        wire=lambda sess: sess.serialize(), source="me", turn_open=open_turns.__contains__,
+        usable=lambda: True, clock=clock)
+    register_session(Session("mine"))
+    for _ in range(3):             # three sentences at once: one report each, one repeat chain
+        reports.audio_end("mine", "t1")
+        reports.echo_later("mine", "t1")
+    clock.advance(3.0)
+    assert sent == [(0.0, "t1")] * 3 + [(0.25, "t1"), (0.75, "t1"), (1.75, "t1"), (2.75, "t1")]
+    open_turns.clear()             # the turn is over: the next repeat is not sent, nor another
+    clock.advance(5.0)
+    assert len(sent) == 7 and clock.pending == 0
 
 
 def test_the_first_speaker_is_told_once():

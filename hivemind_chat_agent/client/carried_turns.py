@@ -41,6 +41,7 @@ class CarriedTurns:
     def __init__(self, book: SessionBook, clock: Callable[[], float], max_sessions: int):
         self._book = book
         self._clock = clock
+        self.now = clock            # the clock every turn deadline here is read on
         self._max_sessions = max_sessions
         self._lock = threading.Lock()
         self._table = TurnTable()

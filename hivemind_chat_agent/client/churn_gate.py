@@ -24,12 +24,16 @@ the agent `relax()`es its gate once it hears that plugin speak, so conversations
 persona or LLM hub start at once (20 at once: 2.1x one turn with the gate, 1.07x without).
 """
 import threading
-import time
 from contextlib import contextmanager
+
+from hivemind_chat_agent.background import SYSTEM_CLOCK
+from hivemind_chat_agent.core.clock import Clock
 
 
 class ChurnGate:
-    def __init__(self, max_wait: float = 1.0, stagger: float = 0.025):
+    def __init__(self, max_wait: float = 1.0, stagger: float = 0.025,
+                 clock: Clock = SYSTEM_CLOCK):
+        self._clock = clock
         self.max_wait = max_wait
         self.stagger = stagger
         self._next_start = 0.0
@@ -52,13 +56,13 @@ class ChurnGate:
         """Held while one turn is sent and answered."""
         with self._cond:
             self._wait_for(lambda: not self._changes and not self._changes_waiting)
-            now = time.monotonic()
+            now = self._clock.now()
             start = max(now, self._next_start) if self._turns else now
             self._next_start = start + self.stagger
             self._turns += 1
-        delay = start - time.monotonic()
+        delay = start - self._clock.now()
         if delay > 0:
-            time.sleep(delay)
+            self._clock.sleep(delay)
         try:
             yield
         finally:
@@ -86,9 +90,9 @@ class ChurnGate:
     def _wait_for(self, predicate) -> None:
         if self.max_wait <= 0:
             return
-        deadline = time.monotonic() + self.max_wait
+        deadline = self._clock.now() + self.max_wait
         while not predicate():
-            remaining = deadline - time.monotonic()
+            remaining = deadline - self._clock.now()
             if remaining <= 0:
                 return
-            self._cond.wait(remaining)
+            self._clock.wait(self._cond, remaining)

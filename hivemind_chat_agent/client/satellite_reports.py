@@ -13,7 +13,8 @@ from ovos_bus_client.message import Message
 from ovos_bus_client.session import SessionManager
 from ovos_utils.log import LOG
 
-from hivemind_chat_agent import background
+from hivemind_chat_agent.background import SYSTEM_CLOCK
+from hivemind_chat_agent.core.clock import Clock
 from hivemind_chat_agent.core.protocol_names import (AUDIO_OUTPUT_END_TYPE, STOP_TYPE,
                                                      TURN_TAG_KEY)
 from hivemind_chat_agent.errors import HiveMindChatError
@@ -32,7 +33,9 @@ REFUSED = {
 
 class SatelliteReports:
     def __init__(self, emit: Callable[[Message], None], wire: Callable[[Any], Dict[str, Any]],
-                 source: str, turn_open: Callable[[str], bool], usable: Callable[[], bool]):
+                 source: str, turn_open: Callable[[str], bool], usable: Callable[[], bool],
+                 clock: Clock = SYSTEM_CLOCK):
+        self._clock = clock
         self._emit = emit              # sends one BUS message, raising HiveMindChatError
         self._wire = wire              # a Session as it goes on the wire
         self._source = source
@@ -66,28 +69,23 @@ class SatelliteReports:
     def echo_later(self, session_id: str, tag: Optional[str],
                    delay: Optional[float] = None) -> None:
         """Report the audio end once more, `delay` later (once per session, however many
-        sentences came meanwhile), and again at gaps growing to a second while that
-        session's turn stays open. Reported at once, it can reach ovos-core before the skill's `wait_while_speaking`
-        listens for it (ovos-bus-client 2.x checks the session's speaking flag, then
-        subscribes): the skill then waits out its 15 s timeout. On a loaded machine that gap
-        was seen to pass 0.5 s (six skills speaking with wait=True at once on ovos-core 3.7
-        behind hivemind-core 5.3.10a1: 16 s with one repeat), and with gaps doubling to 4 s a
-        late listener still waited 3.5 s; so the gap stays at most a second. A text client
-        plays nothing: "audio ended" is always true, and a repeat costs one small frame."""
+        sentences came meanwhile), and again at gaps doubling up to AUDIO_END_ECHO_MAX while
+        that session's turn stays open. Reported at once, it can reach ovos-core before the
+        skill's `wait_while_speaking` listens for it (ovos-bus-client 2.x checks the session's
+        speaking flag, then subscribes), and the skill would wait out its 15 s timeout; the
+        repeats cover a late listener (measurements: docs/performance.md). A text client plays
+        nothing: "audio ended" is always true, and a repeat costs one small frame."""
         delay = AUDIO_END_ECHO if delay is None else delay
         with self._lock:
             fresh = not self._echoes
             self._echoes[session_id] = tag
         if fresh:
-            timer = threading.Timer(delay, self._echo, args=(delay,))
-            timer.daemon = True
-            background.start_soon(timer)
+            self._clock.call_later(delay, lambda: self._echo(delay))
 
     def _echo(self, delay: float) -> None:
         """Only for turns still open: once `handled` came, no skill of the turn waits any
         more, and a frame more is a frame that a stock 4.0 hub plugin may be forwarding while
-        another client connects (the race churn_gate keeps turns away from; seen as five of
-        six parallel first greetings lost on ovos-core 2.1.1 when repeats outlived turns)."""
+        another client connects (the race churn_gate keeps turns away from)."""
         with self._lock:
             echoes, self._echoes = self._echoes, {}
         for session_id, tag in echoes.items():

@@ -8,7 +8,6 @@ turn nobody reads still ends, at the latest at its timeout, and frees its sessio
 """
 import queue
 import threading
-import time
 import uuid
 from contextlib import ExitStack
 from typing import TYPE_CHECKING, Callable, Iterator, Optional
@@ -121,7 +120,7 @@ class TurnDriver:
     def _events(self) -> Iterator[Event]:
         conn, handle = self.conn, self.handle
         while True:
-            remaining = handle.turn.deadline - time.monotonic()
+            remaining = handle.turn.deadline - conn.turns.now()
             try:
                 event = handle.events.get(timeout=max(remaining, 0.0))
             except queue.Empty:
