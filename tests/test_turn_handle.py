@@ -70,7 +70,10 @@ def test_silence_is_timed_out_with_its_error(creds, make_agent):
     snap = turn.get_snapshot()
     assert snap["status"] == "timed_out" and snap["error"].startswith("TurnTimeoutError")
     assert 0.9 <= snap["ended_at"] - snap["sent_at"] < 3
-    with pytest.raises(TurnTimeoutError, match="still running"):   # waiting, not the turn
+    with pytest.raises(TimeoutError, match="still running") as waited:   # the caller's wait
+        agent.begin(user("slow 2 1"), session_id="h-quiet2").full_response(timeout=0.1)
+    assert not isinstance(waited.value, TurnTimeoutError)     # not the hub's silence
+    with pytest.raises(TimeoutError, match="still running"):
         agent.begin(user("slow 2 1"), session_id="h-quiet").full_response(timeout=0.1)
 
 

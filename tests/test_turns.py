@@ -2,7 +2,7 @@
 import pytest
 
 from hivemind_chat_agent.core.replies import MAX_UTTERANCE_CHARS, ReplyKind, parse_reply
-from hivemind_chat_agent.core.turns import Absorb, Ended, Sentence, Turn, TurnState, TurnTable
+from hivemind_chat_agent.core.turns import Absorb, Ended, Sentence, Turn, Progress, TurnTable
 
 
 def ctx(sid="s1", tag="t1"):
@@ -62,11 +62,11 @@ def test_reply_kinds_cover_old_and_new_topic_names():
 # ---- Turn: the state machine ----
 def test_sentences_then_handled():
     t = new_turn()
-    assert t.state is TurnState.WAITING
+    assert t.state is Progress.WAITING
     assert t.receive(speak("one"), 1.0) == [Sentence("one")]
-    assert t.state is TurnState.SPEAKING
+    assert t.state is Progress.SPEAKING
     assert t.receive(speak("two"), 2.0) == [Sentence("two")]
-    assert t.handled() == [Ended(TurnState.HANDLED)]
+    assert t.handled() == [Ended(Progress.HANDLED)]
     assert t.sentences == ["one", "two"]
     assert t.receive(speak("late"), 4.0) == []       # nothing after the end
 
@@ -78,12 +78,12 @@ def test_timeout_rolls_forward_on_every_speak():
     assert t.deadline == 9.0
     assert t.expire(8.9) == []
     events = t.expire(9.0)
-    assert len(events) == 1 and events[0].state is TurnState.TIMED_OUT
+    assert len(events) == 1 and events[0].state is Progress.TIMED_OUT
 
 
-@pytest.mark.parametrize("msg_type,state", [("complete_intent_failure", TurnState.UNMATCHED),
-                                            ("ovos.intent.unmatched", TurnState.UNMATCHED),
-                                            ("ovos.utterance.cancelled", TurnState.CANCELLED)])
+@pytest.mark.parametrize("msg_type,state", [("complete_intent_failure", Progress.UNMATCHED),
+                                            ("ovos.intent.unmatched", Progress.UNMATCHED),
+                                            ("ovos.utterance.cancelled", Progress.CANCELLED)])
 def test_failure_and_cancel_end_the_turn_at_once(msg_type, state):
     t = new_turn()
     [ended] = t.receive(reply(msg_type), 0.1)
@@ -106,7 +106,7 @@ def test_empty_sentence_rolls_timeout_but_is_not_delivered():
 
 def test_lost_and_abort_are_final_and_idempotent():
     t = new_turn()
-    assert t.lose("socket closed") == [Ended(TurnState.LOST, "socket closed")]
+    assert t.lose("socket closed") == [Ended(Progress.LOST, "socket closed")]
     assert t.lose("again") == [] and t.abort("x") == []
     assert t.state.is_final
 
@@ -133,7 +133,7 @@ def test_speech_outside_the_running_turn_is_an_aside_and_never_changes_the_sessi
         routed = table.route(r, 0)
         assert routed.turn is None and routed.events == [] and routed.aside == r.utterance
         assert routed.absorb is Absorb.NOTHING
-    assert t.sentences == [] and t.state is TurnState.WAITING
+    assert t.sentences == [] and t.state is Progress.WAITING
     routed = table.route(reply("mycroft.scheduler.schedule_event", sid="a", tag="t0"), 0)
     assert routed.ignored and routed.absorb is Absorb.NOTHING
 
@@ -155,7 +155,7 @@ def test_handled_ends_the_turn_through_the_table():
     table.open(t)
     table.route(speak("x", "a", "t1"), 0)
     r = table.route(reply("ovos.utterance.handled", sid="a", tag="t1"), 0)
-    assert r.turn is t and r.events == [Ended(TurnState.HANDLED)] and r.ignored == ""
+    assert r.turn is t and r.events == [Ended(Progress.HANDLED)] and r.ignored == ""
     assert table.owed("a") == []
     table.close(t)
     assert table.sessions() == []     # nothing kept for an idle session
@@ -169,7 +169,7 @@ def test_handled_owed_by_an_early_end_never_ends_the_next_turn(tagged):
         first = new_turn("a", "t1")
         table.open(first)
         table.route(reply("complete_intent_failure", sid="a", tag="t1" if tagged else None), 0)
-        assert first.state is TurnState.UNMATCHED
+        assert first.state is Progress.UNMATCHED
         late = reply("ovos.utterance.handled", sid="a", tag="t1" if tagged else None)
         if handled_before_close:
             assert table.route(late, 0).ignored == ""      # accepted: pays the debt
@@ -179,10 +179,10 @@ def test_handled_owed_by_an_early_end_never_ends_the_next_turn(tagged):
         if not handled_before_close:
             r = table.route(late, 0)
             assert r.events == [] and r.ignored == ""     # first's debt, not second's end
-        assert second.state is TurnState.WAITING
+        assert second.state is Progress.WAITING
         table.route(speak("answer", "a", "t2" if tagged else None), 0)
         r = table.route(reply("ovos.utterance.handled", sid="a", tag="t2" if tagged else None), 0)
-        assert r.turn is second and r.events == [Ended(TurnState.HANDLED)]
+        assert r.turn is second and r.events == [Ended(Progress.HANDLED)]
 
 
 def ask(table, tag_of, skill="alarm.skill"):
@@ -192,8 +192,8 @@ def ask(table, tag_of, skill="alarm.skill"):
     table.route(reply("skill.converse.get_response.enable", {"skill_id": skill}, "a",
                       tag_of("t1")), 0)
     r = table.route(speak_q("what time?", "a", tag_of("t1")), 0)
-    assert r.events == [Sentence("what time?"), Ended(TurnState.ASKED, r.events[1].reason)]
-    assert first.state is TurnState.ASKED
+    assert r.events == [Sentence("what time?"), Ended(Progress.ASKED, r.events[1].reason)]
+    assert first.state is Progress.ASKED
     table.close(first)
     return first
 
@@ -218,7 +218,7 @@ def test_an_answer_taken_by_get_response_ends_with_the_questions_handled(tagged)
     r = table.route(speak("alarm set for 7", "a", tag("t1")), 0)
     assert r.turn is second and r.events == [Sentence("alarm set for 7")]
     r = table.route(reply("ovos.utterance.handled", sid="a", tag=tag("t1")), 0)
-    assert r.turn is second and r.events == [Ended(TurnState.HANDLED)]
+    assert r.turn is second and r.events == [Ended(Progress.HANDLED)]
     table.close(second)
     assert table.owed("a") == [] and table.sessions() == []
 
@@ -239,7 +239,7 @@ def test_an_answer_taken_by_get_response_ends_with_its_own_handled_on_ovos_core_
     r = table.route(speak("alarm set for 7", "a", "t1"), 0)
     assert r.turn is second and r.events == [Sentence("alarm set for 7")]
     r = table.route(reply("ovos.utterance.handled", sid="a", tag="t2"), 0)
-    assert r.turn is second and r.events == [Ended(TurnState.HANDLED)]
+    assert r.turn is second and r.events == [Ended(Progress.HANDLED)]
     table.close(second)
     assert table.owed("a") == [] and table.sessions() == []
 
@@ -251,14 +251,14 @@ def test_an_answer_that_asks_again_ends_asked_and_the_next_answer_goes_to_the_sa
     table.open(second)
     table.route(reply("alarm.skill.converse.get_response", {}, "a", "t2"), 0)
     r = table.route(speak_q("I did not get that, what time?", "a", "t1"), 0)
-    assert r.events[-1].state is TurnState.ASKED
+    assert r.events[-1].state is Progress.ASKED
     table.close(second)
     third = new_turn("a", "t3")
     table.open(third)
     table.route(reply("alarm.skill.converse.get_response", {}, "a", "t3"), 0)
     assert third.answers == "t1"
     r = table.route(reply("ovos.utterance.handled", sid="a", tag="t1"), 0)
-    assert r.turn is third and r.events == [Ended(TurnState.HANDLED)]
+    assert r.turn is third and r.events == [Ended(Progress.HANDLED)]
 
 
 def test_an_abandoned_question_never_holds_up_an_unrelated_turn():
@@ -277,11 +277,11 @@ def test_an_abandoned_question_never_holds_up_an_unrelated_turn():
         table.open(third)
         if when == "during":
             r = table.route(done, 0)
-            assert r.turn is None and r.events == [] and third.state is TurnState.WAITING
+            assert r.turn is None and r.events == [] and third.state is Progress.WAITING
         r = table.route(speak("hello", "a", "t3"), 0)
         assert r.turn is third
         r = table.route(reply("ovos.utterance.handled", sid="a", tag="t3"), 0)
-        assert r.events == [Ended(TurnState.HANDLED)]
+        assert r.events == [Ended(Progress.HANDLED)]
 
 
 def test_a_failure_tagged_for_an_earlier_utterance_does_not_end_this_turn():
@@ -293,7 +293,7 @@ def test_a_failure_tagged_for_an_earlier_utterance_does_not_end_this_turn():
     second = new_turn("a", "t2")
     table.open(second)
     r = table.route(reply("ovos.utterance.cancelled", sid="a", tag="t1"), 0)
-    assert r.turn is None and second.state is TurnState.WAITING
+    assert r.turn is None and second.state is Progress.WAITING
 
 
 def test_stale_tag_is_ignored_and_unowed_handled_too():

@@ -18,7 +18,7 @@ from ovos_utils.log import LOG
 from hivemind_chat_agent.core.ownership import claim, namespace_of
 from hivemind_chat_agent.core.replies import Reply, ReplyKind
 from hivemind_chat_agent.client.session_book import SessionBook
-from hivemind_chat_agent.core.turns import Absorb, Event, Routing, Turn, TurnTable
+from hivemind_chat_agent.core.turns import Absorb, EndReason, Event, Routing, Turn, TurnTable
 from hivemind_chat_agent.errors import HiveMindChatError
 
 
@@ -100,9 +100,9 @@ class CarriedTurns:
         with self._lock:
             for handle in list(self._handles.values()) if handles is None else handles:
                 handle.error = error
-                handle.push(handle.turn.lose(str(error), "refused"))
+                handle.push(handle.turn.lose(str(error), EndReason.REFUSED))
 
-    def lose_all(self, reason: str, kind: str = "") -> None:
+    def lose_all(self, reason: str, kind: EndReason = EndReason.NONE) -> None:
         with self._lock:
             for handle in self._handles.values():
                 handle.push(handle.turn.lose(reason, kind))

@@ -17,7 +17,7 @@ from ovos_utils.log import LOG
 
 from hivemind_chat_agent import background
 from hivemind_chat_agent.core.outcomes import Outcome, TurnStatus
-from hivemind_chat_agent.errors import HiveMindChatError, TurnTimeoutError
+from hivemind_chat_agent.errors import HiveMindChatError
 
 TERMINATE_WAIT = 1.0   # seconds terminate() waits for the turn to be released
 
@@ -81,10 +81,12 @@ class ChatTurn:
                     **self._times}
 
     def full_response(self, timeout: Optional[float] = None) -> str:
-        """Wait for the end; the sentences joined with "\\n". Raises the turn's error."""
+        """Wait for the end; the sentences joined with "\\n". Raises the turn's error (hub
+        silence: `TurnTimeoutError`). If the caller's own `timeout` passes first, raises the
+        built-in `TimeoutError`: the turn goes on."""
         if not self._done.wait(timeout):
-            raise TurnTimeoutError(f"the turn is still running after {timeout:g} s; it goes "
-                                   "on: wait again, or terminate() it")
+            raise TimeoutError(f"the turn is still running after {timeout:g} s; it goes on: "
+                               "wait again, or terminate() it")
         error = self.get_exception()
         if error is not None:
             raise error

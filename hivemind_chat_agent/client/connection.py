@@ -46,6 +46,7 @@ from hivemind_chat_agent.core.refusals import (UtteranceTopic,
                                                refusal_after_noise_handshake,
                                                refusal_from_close, untrusted_frame)
 from hivemind_chat_agent.core.replies import ReplyKind, parse_reply
+from hivemind_chat_agent.core.turns import EndReason
 from hivemind_chat_agent.client.session_book import SessionBook
 from hivemind_chat_agent.errors import ConnectionLostError, HiveMindChatError, HubUnreachableError
 
@@ -391,8 +392,8 @@ class HubConnection:
             self._fail(error)
             return
         self._ended.set()
-        self._fail_turns(reason, kind=opened.verdict.value)
+        self._fail_turns(reason, kind=EndReason.read(opened.verdict.value))
         self._transport.stop()
 
-    def _fail_turns(self, reason: str, kind: str = ""):
+    def _fail_turns(self, reason: str, kind: EndReason = EndReason.NONE):
         self.turns.lose_all(reason, kind)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Optional
 
-from hivemind_chat_agent.core.turns import Ended, TurnState
+from hivemind_chat_agent.core.turns import EndReason, Ended, Progress
 from hivemind_chat_agent.errors import (AgentClosedError, ConnectionLostError,
                                         HiveMindChatError, HubBusyError, HubEngineError,
                                         ReplyTooLargeError, TurnTimeoutError)
@@ -43,47 +43,47 @@ def judge(event: Ended, *, spoke: bool, refusal: Optional[HiveMindChatError],
     """`spoke`: some sentence arrived; `refusal`: the hub's typed refusal of this turn;
     `terminated`: the caller stopped it; `agent_closed`: the agent was shut down."""
     state, kind, reason = event.state, event.kind, event.reason
-    if state is TurnState.HANDLED:
+    if state is Progress.HANDLED:
         return Outcome(TurnStatus.ANSWERED, reason=reason)
-    if state is TurnState.ASKED:
+    if state is Progress.ASKED:
         return Outcome(TurnStatus.ASKED, reason=reason)
-    if state is TurnState.CANCELLED:
+    if state is Progress.CANCELLED:
         return Outcome(TurnStatus.CANCELLED, reason=reason)
-    if state is TurnState.UNMATCHED:
-        if kind == "busy":
+    if state is Progress.UNMATCHED:
+        if kind is EndReason.BUSY:
             return Outcome(TurnStatus.FAILED, HubBusyError(
                 f"the hub is busy ({reason}); try again in a moment"), in_step=False)
-        if kind in ("engine_error", "timeout"):
+        if kind in (EndReason.ENGINE_ERROR, EndReason.TIMEOUT):
             return Outcome(TurnStatus.FAILED, HubEngineError(
                 f"the hub's chat engine failed on this turn ({reason}); the hub's log has the "
                 "details"), in_step=False)
         return Outcome(TurnStatus.NOT_UNDERSTOOD, reason=reason)
-    if terminated and state is TurnState.ABORTED:
+    if terminated and state is Progress.ABORTED:
         return Outcome(TurnStatus.CANCELLED, in_step=False, reason=reason)
     if agent_closed:
         return Outcome(TurnStatus.LOST, AgentClosedError(
             "the agent was shut down during the turn"), in_step=False,
-            lost=state is TurnState.LOST, reason=reason)
-    if state is TurnState.TIMED_OUT:
+            lost=state is Progress.LOST, reason=reason)
+    if state is Progress.TIMED_OUT:
         if spoke:   # what arrived is the answer so far; the caller gets it, with the status
             return Outcome(TurnStatus.TIMED_OUT, in_step=False, reason=reason)
         return Outcome(TurnStatus.TIMED_OUT, TurnTimeoutError(
             f"the hub accepted the utterance but sent no answer within {timeout:g} s; raise "
             "`timeout` or check that the hub's skills or engine are running"), in_step=False,
             reason=reason)
-    if state is TurnState.LOST and refusal is not None:
-        return Outcome(TurnStatus.FAILED, refusal, in_step=False, lost=kind != "refused",
+    if state is Progress.LOST and refusal is not None:
+        return Outcome(TurnStatus.FAILED, refusal, in_step=False, lost=kind is not EndReason.REFUSED,
                        reason=reason)
-    if state is TurnState.LOST:
-        if kind == "too_large":
+    if state is Progress.LOST:
+        if kind is EndReason.TOO_LARGE:
             error: HiveMindChatError = ReplyTooLargeError(reason)
-        elif kind == "tampered":
+        elif kind is EndReason.TAMPERED:
             error = ConnectionLostError(f"{reason}; the answer was not accepted")
         else:
             error = ConnectionLostError(
                 f"{reason}; the answer was lost. The next turn reconnects and the "
                 "conversation's session is kept")
-        return Outcome(TurnStatus.LOST, error, in_step=False, lost=kind != "refused",
+        return Outcome(TurnStatus.LOST, error, in_step=False, lost=kind is not EndReason.REFUSED,
                        reason=reason)
     # ABORTED by us without a terminate (the reader stopped): the answer is cut short
     return Outcome(TurnStatus.CANCELLED, in_step=False, reason=reason)

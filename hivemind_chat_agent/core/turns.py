@@ -12,7 +12,9 @@ from typing import Dict, List, Optional, Union
 from hivemind_chat_agent.core.replies import Reply, ReplyKind
 
 
-class TurnState(str, Enum):
+class Progress(str, Enum):
+    """How far the hub's replies have taken a turn (what the caller sees is
+    core/outcomes.TurnStatus, judged from the end of this)."""
     WAITING = "waiting"       # utterance sent, nothing back yet
     SPEAKING = "speaking"     # at least one sentence arrived
     HANDLED = "handled"       # ovos.utterance.handled: the hub is done
@@ -25,7 +27,7 @@ class TurnState(str, Enum):
 
     @property
     def is_final(self) -> bool:
-        return self not in (TurnState.WAITING, TurnState.SPEAKING)
+        return self not in (Progress.WAITING, Progress.SPEAKING)
 
 
 @dataclass(frozen=True)
@@ -33,12 +35,34 @@ class Sentence:
     text: str
 
 
+class EndReason(str, Enum):
+    """Why a turn ended without its answer, in one vocabulary for both sides: what a hub
+    running our plugin puts in a failure's `data.reason`, and what the client saw itself."""
+    NONE = ""                        # an ordinary end, or a reason from a hub we do not know
+    # a hub running hivemind-chat-agent-plugin says these
+    BUSY = "busy"                    # its queues are full
+    ENGINE_ERROR = "engine_error"    # its chat engine raised
+    TIMEOUT = "timeout"              # its chat engine went silent
+    NO_TEXT = "no_text"              # the utterance had no text
+    NOT_UNDERSTOOD = "not_understood"
+    # the client sees these (a LOST turn)
+    TOO_LARGE = "too_large"          # a frame over max_frame_bytes: the connection is closed
+    TAMPERED = "tampered"            # a frame failed authentication: the connection is closed
+    REFUSED = "refused"              # the hub refused this client (key, policy)
+
+    @classmethod
+    def read(cls, value) -> "EndReason":
+        try:
+            return cls(value or "")
+        except ValueError:
+            return cls.NONE
+
+
 @dataclass(frozen=True)
 class Ended:
-    state: TurnState
-    reason: str = ""
-    kind: str = ""      # LOST: "too_large", "tampered" or "" (the socket closed);
-    # UNMATCHED: the hub's reason ("busy", "engine_error", "timeout", "not_understood", "")
+    state: Progress
+    reason: str = ""                     # for people: what happened
+    kind: EndReason = EndReason.NONE     # for code: which of the known ends it was
 
 
 Event = Union[Sentence, Ended]
@@ -51,7 +75,7 @@ class Turn:
     tag: str
     timeout: float
     started_at: float
-    state: TurnState = TurnState.WAITING
+    state: Progress = Progress.WAITING
     sentences: List[str] = field(default_factory=list)
     deadline: float = 0.0
     speak_type: Optional[str] = None     # first speak topic seen; the other name is a duplicate
@@ -70,42 +94,42 @@ class Turn:
                 self.speak_type = reply.msg_type
             elif reply.msg_type != self.speak_type:
                 return []   # newer OVOS emits both "speak" and "ovos.utterance.speak"
-            self.state = TurnState.SPEAKING
+            self.state = Progress.SPEAKING
             self.deadline = now + self.timeout
             events: List[Event] = []
             if reply.utterance.strip():
                 self.sentences.append(reply.utterance)
                 events.append(Sentence(reply.utterance))
             if reply.expect_response:
-                events += self._end(TurnState.ASKED, "the hub waits for the user's answer")
+                events += self._end(Progress.ASKED, "the hub waits for the user's answer")
             return events
         if reply.kind is ReplyKind.UNMATCHED:
-            self.state = TurnState.UNMATCHED
-            return [Ended(TurnState.UNMATCHED,
+            self.state = Progress.UNMATCHED
+            return [Ended(Progress.UNMATCHED,
                           reply.detail or "the hub found no skill for this utterance",
-                          reply.reason)]
+                          EndReason.read(reply.reason))]
         if reply.kind is ReplyKind.CANCELLED:
-            return self._end(TurnState.CANCELLED, "the hub cancelled this utterance")
+            return self._end(Progress.CANCELLED, "the hub cancelled this utterance")
         return []
 
     def handled(self) -> List[Event]:
-        return [] if self.state.is_final else self._end(TurnState.HANDLED)
+        return [] if self.state.is_final else self._end(Progress.HANDLED)
 
     def expire(self, now: float) -> List[Event]:
         if self.state.is_final or now < self.deadline:
             return []
-        return self._end(TurnState.TIMED_OUT, f"no reply for {self.timeout:g} s")
+        return self._end(Progress.TIMED_OUT, f"no reply for {self.timeout:g} s")
 
-    def lose(self, reason: str, kind: str = "") -> List[Event]:
+    def lose(self, reason: str, kind: EndReason = EndReason.NONE) -> List[Event]:
         if self.state.is_final:
             return []
-        self.state = TurnState.LOST
-        return [Ended(TurnState.LOST, reason, kind)]
+        self.state = Progress.LOST
+        return [Ended(Progress.LOST, reason, kind)]
 
     def abort(self, reason: str) -> List[Event]:
-        return [] if self.state.is_final else self._end(TurnState.ABORTED, reason)
+        return [] if self.state.is_final else self._end(Progress.ABORTED, reason)
 
-    def _end(self, state: TurnState, reason: str = "") -> List[Event]:
+    def _end(self, state: Progress, reason: str = "") -> List[Event]:
         self.state = state
         return [Ended(state, reason)]
 

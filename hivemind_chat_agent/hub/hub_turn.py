@@ -12,6 +12,7 @@ from ovos_bus_client.message import Message
 from ovos_utils.log import LOG
 
 from hivemind_chat_agent.core.protocol_names import HANDLED_TYPE, SPEAK_TYPE, UNMATCHED_TYPE
+from hivemind_chat_agent.core.turns import EndReason
 from hivemind_chat_agent.hub.settings import PLUGIN_NAME
 
 if TYPE_CHECKING:
@@ -64,18 +65,19 @@ class HubTurn:
             self.loop.remove_timeout(self.timer)
             self.timer = None
 
-    def finish(self, failed: bool, why: str = "", reason: str = "") -> bool:
-        """End the turn once, telling the satellite. A failure carries `reason` ("busy",
-        "engine_error", "timeout", "no_text" or "not_understood") and `why` in its data, so the
-        satellite can tell "busy" or "broken" from "nothing understood"."""
+    def finish(self, failed: bool, why: str = "",
+               reason: EndReason = EndReason.NOT_UNDERSTOOD) -> bool:
+        """End the turn once, telling the satellite. A failure carries `reason` (an
+        EndReason a hub says) and `why` in its data, so the satellite can tell "busy" or
+        "broken" from "nothing understood"."""
         def tell() -> None:
             if failed:
                 self.protocol.deliver(self, self.reply(UNMATCHED_TYPE, {
-                    "reason": reason or "not_understood", "message": why}))
+                    "reason": (reason or EndReason.NOT_UNDERSTOOD).value, "message": why}))
             self.protocol.deliver(self, self.reply(HANDLED_TYPE, {}))
         if not self._end(tell):
             return False
-        if failed and why and reason not in ("", "not_understood"):
+        if failed and why and reason not in (EndReason.NONE, EndReason.NOT_UNDERSTOOD):
             LOG.warning(f"answering {self.peer} with a failure: {why}")
         return True
 

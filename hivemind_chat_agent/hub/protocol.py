@@ -29,6 +29,7 @@ from ovos_utils.xdg_utils import xdg_data_home
 from hivemind_chat_agent import background, compat
 from hivemind_chat_agent.core.conversation import conversation_for_turn
 from hivemind_chat_agent.core.protocol_names import SPEAK_TYPE, STOP_TYPES, UTTERANCE_TYPES
+from hivemind_chat_agent.core.turns import EndReason
 from hivemind_chat_agent.core.satellites import SatelliteSessions, engine_session_id
 from hivemind_chat_agent.hub.secret import hub_secret
 from hivemind_chat_agent.compat import register_session as register
@@ -145,14 +146,14 @@ class ChatAgentProtocol(AgentProtocol):
         turn = HubTurn(self, message, client, peer, loop, utterance or "", sat_session,
                        session_id)
         if not (utterance or "").strip():   # still a turn: it gets its end, never silence
-            turn.finish(failed=True, why="the utterance has no text", reason="no_text")
+            turn.finish(failed=True, why="the utterance has no text", reason=EndReason.NO_TEXT)
             return
         turn.job = lambda: self._run(turn)
         self.open_turns.add(turn)
         try:
             self.executor.submit(session_id, turn.job, group=connection_client(client))
         except QueueFull as e:
-            turn.finish(failed=True, why=f"hub busy ({e})", reason="busy")
+            turn.finish(failed=True, why=f"hub busy ({e})", reason=EndReason.BUSY)
             return
         self._watch(turn)
 
@@ -193,7 +194,7 @@ class ChatAgentProtocol(AgentProtocol):
         if remaining > 0:
             turn.timer = turn.loop.call_later(remaining, self._watch, turn)
         elif turn.finish(failed=True, why=f"engine gave no sentence for "
-                                          f"{self.settings.timeout:g} s", reason="timeout"):
+                                          f"{self.settings.timeout:g} s", reason=EndReason.TIMEOUT):
             self.executor.cancel(turn.session_id, turn.job)   # if it never started
 
     @property
@@ -328,7 +329,7 @@ class ChatAgentProtocol(AgentProtocol):
                     return   # stopped or timed out: the satellite already has its end
         except Exception as e:
             turn.finish(failed=True, why=f"engine raised {type(e).__name__}",
-                        reason="engine_error")
+                        reason=EndReason.ENGINE_ERROR)
             LOG.warning(f"engine raised {type(e).__name__}: {e}")
             return
         finally:
@@ -339,7 +340,7 @@ class ChatAgentProtocol(AgentProtocol):
                 except Exception as e:
                     LOG.debug(f"engine's answer did not close cleanly: {type(e).__name__}")
         turn.finish(failed=turn.spoke == 0, why="the engine had no answer",
-                    reason="not_understood")
+                    reason=EndReason.NOT_UNDERSTOOD)
 
     def session_for_reply(self, turn: HubTurn) -> Dict[str, Any]:
         """The satellite's Session as the engine left it (a relay engine refreshes it from the
