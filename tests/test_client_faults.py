@@ -126,12 +126,16 @@ def test_bus_messages_are_never_sent_before_the_key_exists(creds):
     from hivemind_chat_agent.client.connection import HubConnection
     from hivemind_chat_agent.client.session_book import SessionBook
     from ovos_bus_client.session import Session
-    conn = HubConnection(ClientConfig.from_dict(creds.agent_config()), Session("plain"),
-                         SessionBook("plain"))
+    from hivemind_chat_agent.client.transport import open_transport
+    config = ClientConfig.from_dict(creds.agent_config())
+    owner = HubConnection(config, Session("plain"), SessionBook("plain"))
+    transport = open_transport(owner, config, "plain-test", "plain")
     with pytest.raises(ConnectionLostError, match="encrypted"):
-        conn._transport.emit(HiveMessage(HiveMessageType.BUS, payload=Message("speak")))
+        transport.emit(HiveMessage(HiveMessageType.BUS, payload=Message("speak")))
     with pytest.raises(ConnectionLostError):
-        conn._transport.emit(HiveMessage(HiveMessageType.HELLO, payload={}))
+        transport.emit(HiveMessage(HiveMessageType.HELLO, payload={}))
+    transport.release()
+    owner.close()
 
 
 def test_key_and_password_never_appear_in_our_logs(hub, creds, monkeypatch):

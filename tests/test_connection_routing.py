@@ -1,35 +1,44 @@
-"""Which replies a connection hands to a turn, fed straight into it (no socket): the session id
-rules of both hub generations and of the 4.13-4.14 hubs that namespace ids without restoring."""
+"""Which replies a connection hands to a turn (CarriedTurns, fed straight), the session id rules
+of both hub generations and of the 4.13-4.14 hubs that namespace ids without restoring; and the
+connection's shell fed as its transport feeds it, over a real in-memory Noise handshake."""
+import threading
+
 import pytest
+from hivemind_bus_client.message import HiveMessage, HiveMessageType
 from ovos_bus_client.message import Message
 from ovos_bus_client.session import Session
 
+from hivemind_chat_agent.client.carried_turns import CarriedTurns
 from hivemind_chat_agent.client.config import ClientConfig
 from hivemind_chat_agent.client.connection import HubConnection
+from hivemind_chat_agent.core.replies import parse_reply
 from hivemind_chat_agent.core.protocol_names import TURN_TAG_KEY
 from hivemind_chat_agent.client.session_book import SessionBook
 from hivemind_chat_agent.core.turns import Sentence
 
-CONFIG = ClientConfig.from_dict({"host": "127.0.0.1", "key": "k", "password": "p",
-                                 "plays_audio": True})
+class Carried:
+    """A connection's turns (CarriedTurns) as the connection feeds them, socket-free."""
+
+    def __init__(self, own_id="mine", many_sessions=False):
+        self.turns = CarriedTurns(SessionBook("d"), lambda: 0.0, 100)
+        self.own_id, self.many_sessions = own_id, many_sessions
+
+    def open(self, sid, tag):
+        return self.turns.open(sid, tag, 5, check=lambda: None)    # as start_turn, unsent
+
+    def speak(self, text, sid, tag):
+        context = {"session": {"session_id": sid}}
+        if tag is not None:
+            context[TURN_TAG_KEY] = tag
+        reply, _ = parse_reply("speak", {"utterance": text}, context)
+        _, _, unshare = self.turns.route(reply, self.own_id, self.many_sessions)
+        if unshare:
+            self.many_sessions = False
 
 
 @pytest.fixture
 def conn():
-    c = HubConnection(CONFIG, Session("mine"), SessionBook("d"))
-    yield c
-    c._transport.release()
-
-
-def open_turn(conn, sid, tag):
-    return conn.turns.open(sid, tag, 5, check=lambda: None)    # as start_turn, unsent
-
-
-def speak(conn, text, sid, tag):
-    context = {"session": {"session_id": sid}}
-    if tag is not None:
-        context[TURN_TAG_KEY] = tag
-    conn._on_bus(Message("speak", {"utterance": text}, context))
+    return Carried()
 
 
 def heard(handle):
@@ -42,36 +51,36 @@ def heard(handle):
 
 
 def test_a_reply_with_our_tag_but_another_session_never_reaches_the_turn(conn):
-    handle = open_turn(conn, "mine", "t1")
-    speak(conn, "forged", "someone-else", "t1")
-    speak(conn, "forged too", "0123456789abcdef:someone-else", "t1")
-    speak(conn, "genuine", "mine", "t1")
+    handle = conn.open("mine", "t1")
+    conn.speak("forged", "someone-else", "t1")
+    conn.speak("forged too", "0123456789abcdef:someone-else", "t1")
+    conn.speak("genuine", "mine", "t1")
     assert heard(handle) == ["genuine"]
 
 
 def test_a_namespaced_answer_is_ours_and_ends_sharing(conn):
     conn.many_sessions = True
-    handle = open_turn(conn, "mine", "t1")
-    speak(conn, "namespaced", "0123456789abcdef:mine", "t1")
+    handle = conn.open("mine", "t1")
+    conn.speak("namespaced", "0123456789abcdef:mine", "t1")
     assert heard(handle) == ["namespaced"] and not conn.many_sessions
 
 
 def test_a_shared_connection_takes_every_session_it_carried_and_no_other(conn):
     conn.many_sessions = True
-    a, b = open_turn(conn, "a", "ta"), open_turn(conn, "b", "tb")
-    speak(conn, "for b", "b", "tb")
-    speak(conn, "for a", "a", "ta")
-    speak(conn, "for a, untagged", "a", None)
-    speak(conn, "never carried", "c", None)
+    a, b = conn.open("a", "ta"), conn.open("b", "tb")
+    conn.speak("for b", "b", "tb")
+    conn.speak("for a", "a", "ta")
+    conn.speak("for a, untagged", "a", None)
+    conn.speak("never carried", "c", None)
     assert heard(a) == ["for a", "for a, untagged"] and heard(b) == ["for b"]
 
 
 def test_an_untagged_namespaced_reply_is_ours_only_under_our_own_prefix(conn):
-    handle = open_turn(conn, "mine", "t1")
-    speak(conn, "someone's", "fedcba9876543210:mine", None)    # prefix not seen yet: no
-    speak(conn, "tagged", "0123456789abcdef:mine", "t1")        # our turn shows our prefix
-    speak(conn, "untagged, ours", "0123456789abcdef:mine", None)
-    speak(conn, "untagged, another prefix", "fedcba9876543210:mine", None)
+    handle = conn.open("mine", "t1")
+    conn.speak("someone's", "fedcba9876543210:mine", None)    # prefix not seen yet: no
+    conn.speak("tagged", "0123456789abcdef:mine", "t1")        # our turn shows our prefix
+    conn.speak("untagged, ours", "0123456789abcdef:mine", None)
+    conn.speak("untagged, another prefix", "fedcba9876543210:mine", None)
     assert heard(handle) == ["tagged", "untagged, ours"]
 
 
@@ -98,35 +107,83 @@ def test_the_audio_end_is_repeated_at_growing_gaps_until_the_turn_ends():
     assert len(sent) == 7 and clock.pending == 0
 
 
-def test_the_first_speaker_is_told_once():
+class RecordingTransport:
+    """The socket layer as HubConnection sees it, recording what would be sent; `refuse`
+    makes a send fail as the transport does once the hub dropped the channel."""
+
+    def __init__(self, owner, config, useragent, session_id):
+        self.owner, self.sent, self.channel, self.refuse = owner, [], None, None
+
+    def emit(self, message):
+        if self.refuse is not None:
+            raise self.refuse
+        self.sent.append(message)
+
+    def stop(self):
+        pass
+
+    def release(self):
+        pass
+
+
+def ready_connection(tmp_path, **kw):
+    """A HubConnection whose link went through a real Noise handshake with the hub side of
+    the library, fed as Transport feeds it."""
+    from test_handshakes import HELLO_5, OFFER_5, NoiseHub
+    config = ClientConfig.from_dict({"host": "127.0.0.1", "key": "key-1", "password":
+                                     "correct horse battery staple", "plays_audio": True,
+                                     "noise_key_dir": str(tmp_path / "keys")})
+    c = HubConnection(config, Session("mine"), SessionBook("d"), transport=RecordingTransport,
+                      **kw)
+    hub = NoiseHub(tmp_path)
+    c.on_socket_open()
+    c.on_socket_message(HiveMessage(HiveMessageType.HELLO, HELLO_5))
+    c.on_socket_message(HiveMessage(HiveMessageType.HANDSHAKE, OFFER_5))
+    c.on_socket_message(HiveMessage(HiveMessageType.HANDSHAKE,
+                                    hub.answer(c._transport.sent[-1])))
+    assert c.alive and c.many_sessions
+    return c
+
+
+def say(c, text, tag="t1", meta=None):
+    c.on_socket_message(HiveMessage(HiveMessageType.BUS, payload=Message(
+        "speak", {"utterance": text, "meta": meta or {}},
+        {"session": {"session_id": "mine"}, TURN_TAG_KEY: tag})))
+
+
+def test_the_first_speaker_is_told_once(tmp_path):
     """The agent relaxes its churn gate when the hub answers through our plugin."""
     told = []
-    c = HubConnection(CONFIG, Session("mine"), SessionBook("d"), on_speaker=told.append)
-    try:
-        handle = open_turn(c, "mine", "t1")
-        for _ in range(2):
-            c._on_bus(Message("speak", {"utterance": "hi",
-                                        "meta": {"skill": "hivemind-chat-agent-plugin"}},
-                              {"session": {"session_id": "mine"}, TURN_TAG_KEY: "t1"}))
-        assert heard(handle) == ["hi", "hi"] and told == ["hivemind-chat-agent-plugin"]
-    finally:
-        c._transport.release()
+    c = ready_connection(tmp_path, on_speaker=told.append)
+    handle = c.turns.open("mine", "t1", 5, check=lambda: None)
+    for _ in range(2):
+        say(c, "hi", meta={"skill": "hivemind-chat-agent-plugin"})
+    assert heard(handle) == ["hi", "hi"] and told == ["hivemind-chat-agent-plugin"]
 
 
-def test_a_send_that_races_the_hubs_pin_refusal_raises_the_refusal():
+def test_a_send_that_races_the_hubs_pin_refusal_raises_the_refusal(tmp_path):
     """A 5.x hub checks our static key only after the last handshake message: the transport
     has dropped the channel, but the socket thread has not yet read the close (a clean-clone
     CI run raised "refusing to send before the connection is encrypted" instead of the fix)."""
-    import threading
-    from hivemind_chat_agent.errors import ClientKeyRefusedError
-    c = HubConnection(CONFIG, Session("mine"), SessionBook("d"))
-    c._ready.set()                # the client's side of the handshake finished
-    c.many_sessions = True        # a v3 channel, since dropped by the transport
-    late_close = threading.Timer(0.2, c._transport.on_close, (None, 1008, "invalid message"))
+    from hivemind_chat_agent.errors import ClientKeyRefusedError, ConnectionLostError
+    c = ready_connection(tmp_path)
+    c._transport.refuse = ConnectionLostError("refusing to send before the connection is "
+                                              "encrypted")
+    late_close = threading.Timer(0.2, c.on_socket_close, (1008, "invalid message"))
     late_close.start()
     try:
         with pytest.raises(ClientKeyRefusedError, match="reset-noise-pin"):
             c.start_turn(Session("mine"), "hello", "t1", timeout=5)
     finally:
         late_close.cancel()
-        c._transport.release()
+
+
+def test_a_tampered_frame_ends_the_turns_as_lost_and_closes(tmp_path):
+    from hivemind_chat_agent.core.frames import Opened, Verdict
+    from hivemind_chat_agent.core.turns import Ended, Progress
+    c = ready_connection(tmp_path)
+    handle = c.turns.open("mine", "t1", 5, check=lambda: None)
+    c.on_socket_untrusted(Opened(Verdict.TAMPERED, why="bad tag"))
+    ended = handle.events.get_nowait()
+    assert isinstance(ended, Ended) and ended.state is Progress.LOST
+    assert not c.alive

@@ -97,7 +97,7 @@ class Transport(HiveMessageBusClient):
     # its connected/handshake events kept here: HubConnection tracks that state itself.
     def on_open(self, *_args):
         self._bound_frames()
-        self._owner._on_open()
+        self._owner.on_socket_open()
 
     def _bound_frames(self):
         """Refuse a frame by its header, before reading it: websocket-client would otherwise
@@ -110,9 +110,9 @@ class Transport(HiveMessageBusClient):
         self.channel = None
         error = args[-1] if args else None
         if isinstance(error, _FrameTooLarge):
-            self._owner._on_untrusted(Opened(Verdict.TOO_LARGE, why=str(error)))
+            self._owner.on_socket_untrusted(Opened(Verdict.TOO_LARGE, why=str(error)))
             return
-        self._owner._on_socket_error(error)
+        self._owner.on_socket_error(error)
 
     def on_close(self, *args):
         """websocket-client passes the hub's close code and reason: a 5.x hub says why it
@@ -121,7 +121,7 @@ class Transport(HiveMessageBusClient):
         code, reason = (args[-2], args[-1]) if len(args) >= 3 else (None, None)
         if isinstance(reason, bytes):
             reason = reason.decode("utf-8", "replace")
-        self._owner._on_socket_closed(close=(code, reason or ""))
+        self._owner.on_socket_close(code, reason or "")
 
     def on_message(self, *args):
         self._ack_now()
@@ -142,7 +142,7 @@ class Transport(HiveMessageBusClient):
             else:
                 LOG.debug(f"ignoring frame before the handshake: {opened.why}")
         else:
-            self._owner._on_untrusted(opened)
+            self._owner.on_socket_untrusted(opened)
 
     def _ack_now(self):
         """Acknowledge received data at once instead of after the ~40 ms delayed-ACK timer.
@@ -175,7 +175,7 @@ class Transport(HiveMessageBusClient):
                              "plain hub, wss:// only for one with a certificate") from None
 
     def _handle_hive_protocol(self, message: HiveMessage):
-        self._owner._on_hive_message(message)
+        self._owner.on_socket_message(message)
 
     def emit(self, message: HiveMessage, *_args, **_kwargs):
         """Send one message. Everything but the handshake goes through the channel read once
