@@ -46,42 +46,22 @@ class ClientConfig:
 
     @classmethod
     def from_dict(cls, config: Optional[Dict[str, Any]] = None, identity=None) -> "ClientConfig":
-        """Merge the user's config over the HiveMind client identity (`hivemind-client set-identity`).
+        """Merge the user's config over the HiveMind client identity
+        (`hivemind-client set-identity`).
 
         `identity` is only read when the config lacks host, key or password, so an explicit config
         never touches ~/.config/hivemind.
         """
-        config = dict(config or {})
-        if not (config.get("host") and config.get("key") and config.get("password")):
-            identity = identity if identity is not None else _load_identity()
-            if identity is not None:
-                config.setdefault("host", identity.default_master)
-                config.setdefault("port", identity.default_port)
-                config.setdefault("key", identity.access_key)
-                config.setdefault("password", identity.password)
-                config.setdefault("site_id", identity.site_id)
+        config = _with_identity(dict(config or {}), identity)
         missing = [k for k in ("host", "key", "password") if not config.get(k)]
         if missing:
             raise ConfigurationError(
                 f"no HiveMind {', '.join(missing)} configured: pass them in the agent config "
                 "or run `hivemind-client set-identity --key ... --password ... --host ...`")
         host, secure, host_port = _split_host(str(config["host"]))
-        try:
-            port = int(config.get("port") or host_port or DEFAULT_PORT)
-            timeout = float(config.get("timeout", 30))
-            connect_timeout = float(config.get("connect_timeout", 10))
-            max_connections = int(config.get("max_connections", 32))
-            shared = int(config.get("shared_connections", 4))
-            spares = int(config.get("spare_connections", 0))
-            idle_timeout = float(config.get("idle_timeout", 300))
-            store_max = int(config.get("session_store_max", 1000))
-            store_ttl = float(config.get("session_store_ttl", 30 * 86400))
-            churn_guard = float(config.get("churn_guard", 1.0))
-            max_frame = int(config.get("max_frame_bytes", 1 << 20))
-            max_sessions = int(config.get("max_sessions", 10_000))
-            idle_ttl = float(config.get("session_idle_ttl", 3600))
-        except (TypeError, ValueError) as e:
-            raise ConfigurationError(f"invalid number in agent config: {e}") from None
+        (port, timeout, connect_timeout, max_connections, shared, spares, idle_timeout,
+         store_max, store_ttl, churn_guard, max_frame, max_sessions, idle_ttl) = \
+            _numbers(config, host_port)
         if not 1 <= shared <= 64:
             raise ConfigurationError("shared_connections must be between 1 and 64")
         if not 0 <= spares <= 64:
@@ -138,6 +118,40 @@ def _flag(config: Dict[str, Any], key: str, default: bool) -> bool:
     if text in _TRUE or text in _FALSE:
         return text in _TRUE
     raise ConfigurationError(f"{key} must be true or false, not {value!r}")
+
+
+def _with_identity(config: Dict[str, Any], identity) -> Dict[str, Any]:
+    """The HiveMind client identity's host, port, key, password and site id under `config`,
+    read only when the config lacks one of host, key and password."""
+    if not (config.get("host") and config.get("key") and config.get("password")):
+        identity = identity if identity is not None else _load_identity()
+        if identity is not None:
+            config.setdefault("host", identity.default_master)
+            config.setdefault("port", identity.default_port)
+            config.setdefault("key", identity.access_key)
+            config.setdefault("password", identity.password)
+            config.setdefault("site_id", identity.site_id)
+    return config
+
+
+def _numbers(config: Dict[str, Any], host_port: Optional[int]) -> tuple:
+    """The numeric settings, with their defaults, or ConfigurationError naming the bad one."""
+    try:
+        return (int(config.get("port") or host_port or DEFAULT_PORT),
+                float(config.get("timeout", 30)),
+                float(config.get("connect_timeout", 10)),
+                int(config.get("max_connections", 32)),
+                int(config.get("shared_connections", 4)),
+                int(config.get("spare_connections", 0)),
+                float(config.get("idle_timeout", 300)),
+                int(config.get("session_store_max", 1000)),
+                float(config.get("session_store_ttl", 30 * 86400)),
+                float(config.get("churn_guard", 1.0)),
+                int(config.get("max_frame_bytes", 1 << 20)),
+                int(config.get("max_sessions", 10_000)),
+                float(config.get("session_idle_ttl", 3600)))
+    except (TypeError, ValueError) as e:
+        raise ConfigurationError(f"invalid number in agent config: {e}") from None
 
 
 def default_session_id_for(access_key: str) -> str:
