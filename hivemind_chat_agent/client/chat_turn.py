@@ -1,4 +1,4 @@
-"""`ChatTurn`: one utterance and its answer, as the caller holds it (reference 004's ChatObject).
+"""`ChatTurn`: one utterance and its answer, as the caller holds it (modelled on AmritaCore's ChatObject: docs/turns.md).
 
 The turn runs by itself from the moment `begin()` returns: a driver (client/turn_driver.py)
 moves the connection's events in and releases the turn's resources when it ends, whether or

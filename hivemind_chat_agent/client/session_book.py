@@ -1,7 +1,7 @@
 """Session bookkeeping: which OVOS Session a turn sends, and what a reply teaches us about it.
 
 The Session of each conversation lives in ovos-bus-client's process-wide `SessionManager`, as the
-OVOS chat agents and hivemind agents expect (reference 003); this class decides how a caller's
+OVOS chat agents and hivemind agents expect (docs/message_flow.md); this class decides how a caller's
 session_id maps to it, what of it goes on the wire, and validates what comes back before it is
 stored. An optional `SessionStore` keeps conversations across processes.
 """

@@ -2,9 +2,10 @@
 their header, every frame through the frame gate, sealed sends. No HiveMind state lives here.
 
 hivemind-bus-client's `HiveMessageBusClient` still owns the websocket-client app, but none of
-its protocol runs: its connect(), handshake and emit() are never called (field notes: a missed
-first HANDSHAKE stalls it 5 s, cpuinfo costs 1.1 s per connect, it reconnects forever and writes
-every reply's Session into `SessionManager`). `HubConnection` is the owner it reports to.
+its protocol runs: its connect(), handshake and emit() are never called, because its connect
+can miss the hub's first HANDSHAKE (a 5 s stall), runs cpuinfo on every connect (1.1 s),
+reconnects forever, and writes every reply's Session into `SessionManager`. `HubConnection` is
+the owner it reports to (its `on_socket_*` methods).
 """
 import functools
 import socket
