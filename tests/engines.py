@@ -1,6 +1,6 @@
 """Chat engines for the hub-side tests, loaded by hivemind-core as "engines:ScriptEngine".
 
-Commands (first word): hello | count N | slow N SECONDS | talk N SECONDS | stops | wait SECONDS |
+Commands (first word): hello | history | count N | slow N SECONDS | talk N SECONDS | stops | wait SECONDS |
 raise | hang SECONDS | empty | remember WORDS | recall | whoami | lang | units | note WORDS |
 notes; anything else is echoed. "note"/"notes" keep their words in the turn's OVOS Session
 (intent context), as skills keep their state, instead of in the engine.
@@ -42,6 +42,9 @@ class ScriptEngine(ChatEngine):
         cmd, args = (words[0].lower(), words[1:]) if words else ("", [])
         if cmd == "hello":
             yield "hello there"
+        elif cmd == "history":     # what came before this utterance, as the engine got it
+            yield json.dumps([[getattr(m.role, "value", m.role), m.content]
+                              for m in messages[:-1]])
         elif cmd == "count":
             for i in range(int(args[0])):
                 yield f"sentence {i + 1}"

@@ -182,3 +182,18 @@ def test_plain_frames_never_reach_the_plugin(hub):
         assert [r for r in received if r] == [] and not ws.connected   # closed, unanswered
     finally:
         ws.close()
+
+
+def test_a_clients_queries_are_one_conversation_for_the_engine(hub, identity_home):
+    """QUERY carries no session: a client's QUERYs are kept as one conversation, its own."""
+    import json
+    sat = Satellite(hub.add_client(name="query-history"), identity_home)
+    other = Satellite(hub.add_client(name="query-other"), identity_home)
+    try:
+        assert sat.query("hello")[0] == ("speak", "hello there")
+        said = sat.query("history")
+        assert json.loads(said[0][1]) == [["user", "hello"], ["assistant", "hello there"]]
+        assert json.loads(other.query("history")[0][1]) == []
+    finally:
+        sat.close()
+        other.close()

@@ -12,6 +12,7 @@ from ovos_bus_client.message import Message
 from ovos_utils.log import LOG
 
 from hivemind_chat_agent.core.protocol_names import HANDLED_TYPE, SPEAK_TYPE, UNMATCHED_TYPE
+from hivemind_chat_agent.core.transcript import ANSWERED, STOPPED
 from hivemind_chat_agent.core.turns import EndReason
 from hivemind_chat_agent.hub.settings import PLUGIN_NAME
 
@@ -38,8 +39,10 @@ class HubTurn:
         self._lock = Lock()
         self.finished = False
         self.spoke = 0
+        self.sentences: List[str] = []   # what the satellite was sent, for the transcript
         self.job = None   # its place in the executor's queue
         self.timer = None   # its rolling timeout on the IO loop
+        self._stopping = False
 
     def reply(self, msg_type: str, data: Dict[str, Any]) -> Message:
         ctx = dict(self.message.context)
@@ -53,6 +56,7 @@ class HubTurn:
             if self.finished:
                 return False
             self.spoke += 1
+            self.sentences.append(sentence)
             self.deadline = time.monotonic() + self.protocol.settings.timeout
             self.protocol.deliver(self, self.reply(SPEAK_TYPE, {
                 "utterance": sentence, "expect_response": False, "lang": self.lang,
@@ -75,6 +79,9 @@ class HubTurn:
                 self.protocol.deliver(self, self.reply(UNMATCHED_TYPE, {
                     "reason": (reason or EndReason.NOT_UNDERSTOOD).value, "message": why}))
             self.protocol.deliver(self, self.reply(HANDLED_TYPE, {}))
+            self.protocol.record_exchange(self, (reason or EndReason.NOT_UNDERSTOOD).value
+                                          if failed else ended)
+        ended = STOPPED if self._stopping else ANSWERED
         if not self._end(tell):
             return False
         if failed and why and reason not in (EndReason.NONE, EndReason.NOT_UNDERSTOOD):
@@ -87,7 +94,9 @@ class HubTurn:
 
     def stop(self) -> bool:
         """The satellite stopped this answer: its end goes out now, and nothing more of it
-        (the engine's next sentence finds the turn finished and closes its generator)."""
+        (the engine's next sentence finds the turn finished and closes its generator); the
+        transcript keeps what was said before the stop."""
+        self._stopping = True
         return self.finish(failed=False)
 
     def _end(self, tell) -> bool:

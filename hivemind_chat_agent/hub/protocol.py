@@ -15,9 +15,8 @@ the satellite session it belongs to, while the satellite is connected.
 import dataclasses
 import threading
 import time
-from dataclasses import dataclass
 from threading import Lock
-from typing import Any, Dict, Iterator, Optional
+from typing import Any, Dict, Iterator, List, Optional
 
 from hivemind_plugin_manager.protocols import AgentProtocol, ClientCallbacks
 from ovos_bus_client.message import Message
@@ -28,12 +27,14 @@ from ovos_utils.xdg_utils import xdg_data_home
 
 from hivemind_chat_agent import background, compat
 from hivemind_chat_agent.core.conversation import conversation_for_turn
-from hivemind_chat_agent.core.protocol_names import SPEAK_TYPE, STOP_TYPES, UTTERANCE_TYPES
+from hivemind_chat_agent.core.transcript import Exchange, Transcripts
+from hivemind_chat_agent.core.protocol_names import STOP_TYPES, UTTERANCE_TYPES
 from hivemind_chat_agent.core.turns import EndReason
 from hivemind_chat_agent.core.satellites import SatelliteSessions, engine_session_id
 from hivemind_chat_agent.hub.secret import hub_secret
 from hivemind_chat_agent.compat import register_session as register
 from hivemind_chat_agent.hub.agent_bus import AgentBus
+from hivemind_chat_agent.hub.asides import Asides
 from hivemind_chat_agent.hub.connections import (connection_client, connection_closed,
                                                  connection_token, mark_closed)
 from hivemind_chat_agent.hub.hub_turn import HubTurn, OpenTurns
@@ -44,15 +45,8 @@ from hivemind_chat_agent.hub.settings import PLUGIN_NAME, HubSettings, load_engi
 
 __all__ = ["ChatAgentProtocol", "HubSettings", "PLUGIN_NAME", "load_engine"]
 
-
-@dataclass
-class _Aside:
-    """Where an engine session's speech between turns goes: its satellite's latest connection."""
-    client: Any
-    peer: str
-    loop: Any
-    satellite_session: Dict[str, Any]
-    subscription: Any = None
+_ROLES = {"user": MessageRole.USER, "assistant": MessageRole.ASSISTANT}
+QUERY_SESSION = "hivemind-query"   # the declared session id a client's QUERYs are kept under
 
 
 class ChatAgentProtocol(AgentProtocol):
@@ -78,9 +72,10 @@ class ChatAgentProtocol(AgentProtocol):
         self.satellites = SatelliteSessions(self.settings.session_ttl,
                                             self.settings.max_sessions_per_client)
         self._satellites_lock = Lock()      # IO loop (touch, disconnect, sweep) vs workers
-        self._asides: Dict[str, "_Aside"] = {}   # engine session -> where its speech goes
+        self.asides = Asides(self.engine, self._send, self._satellites_lock)
         self._sweeping = False
         self.open_turns = OpenTurns()
+        self.transcripts = Transcripts(self.settings.history_turns, self.settings.history_bytes)
         install_links()
         compat.for_hub()   # stock satellites pick JSON-B91, whose C codec leaks
         for msg_type in UTTERANCE_TYPES:
@@ -222,43 +217,6 @@ class ChatAgentProtocol(AgentProtocol):
             gone = self.satellites.closed(connection_token(client))
         self._forget_sessions(gone)
 
-    # ---- speech between turns (engines that have it) ----
-    def _follow_asides(self, turn: "HubTurn") -> None:
-        """Worker thread, before the turn: subscribe once per satellite session."""
-        subscribe = getattr(self.engine, "subscribe", None)
-        if not callable(subscribe):
-            return
-        with self._satellites_lock:
-            aside = self._asides.get(turn.session_id)
-            if aside is not None:
-                aside.client, aside.peer = turn.client, turn.peer
-                aside.satellite_session = turn.satellite_session
-                return
-            aside = self._asides[turn.session_id] = _Aside(turn.client, turn.peer, turn.loop,
-                                                           turn.satellite_session)
-        try:
-            aside.subscription = subscribe(
-                turn.session_id, callback=lambda text: self._forward_aside(aside, text))
-        except Exception as e:   # the turn itself reports an unreachable upstream
-            LOG.info(f"not following speech between turns of {turn.peer}: "
-                     f"{type(e).__name__}")
-            with self._satellites_lock:
-                self._asides.pop(turn.session_id, None)
-
-    def _forward_aside(self, aside: "_Aside", text: str) -> None:
-        sat = aside.satellite_session
-        ctx = {"source": PLUGIN_NAME, "destination": aside.peer, "session": dict(sat)}
-        reply = Message(SPEAK_TYPE, {"utterance": text, "expect_response": False,
-                                     "lang": sat.get("lang") or "en-US",
-                                     "meta": {"skill": PLUGIN_NAME}}, ctx)
-        aside.loop.add_callback(self._send, aside.client, aside.peer, reply)
-
-    def _stop_asides(self, session_id: str) -> None:
-        with self._satellites_lock:
-            aside = self._asides.pop(session_id, None)
-        if aside is not None and aside.subscription is not None:
-            aside.subscription.close()
-
     def _forget_if_untracked(self, session_id: str) -> None:
         """A turn that outlived its satellite must not leave its Session behind."""
         with self._satellites_lock:
@@ -271,7 +229,9 @@ class ChatAgentProtocol(AgentProtocol):
         forget = getattr(self.engine, "forget_session", None)   # a relay's upstream state
         for session_id in session_ids:
             SessionManager.sessions.pop(session_id, None)
-            self._stop_asides(session_id)
+            with self._satellites_lock:
+                self.transcripts.forget(session_id)
+            self.asides.stop(session_id)
             if callable(forget):
                 try:
                     forget(session_id)
@@ -312,7 +272,7 @@ class ChatAgentProtocol(AgentProtocol):
             kept.serialize() if kept is not None else None))
         register(sess)
         try:
-            self._follow_asides(turn)
+            self.asides.follow(turn)
             self._converse(turn, sess)
         finally:
             self._forget_if_untracked(turn.session_id)
@@ -321,7 +281,7 @@ class ChatAgentProtocol(AgentProtocol):
         answer = None
         try:
             answer = iter(self.engine.stream_sentences(
-                [AgentMessage(role=MessageRole.USER, content=turn.utterance)],
+                self.conversation(turn.session_id, turn.utterance),
                 session_id=turn.session_id, lang=sess.lang, units=sess.system_unit))
             for sentence in answer:
                 if turn.finished or (isinstance(sentence, str) and sentence.strip() and
@@ -342,6 +302,24 @@ class ChatAgentProtocol(AgentProtocol):
         turn.finish(failed=turn.spoke == 0, why="the engine had no answer",
                     reason=EndReason.NOT_UNDERSTOOD)
 
+    def conversation(self, session_id: str, utterance: str) -> List[AgentMessage]:
+        """What the engine gets: the session's last answered exchanges, then `utterance`."""
+        with self._satellites_lock:
+            pairs = self.transcripts.messages(session_id, utterance)
+        return [AgentMessage(role=_ROLES[role], content=text) for role, text in pairs]
+
+    def record_exchange(self, turn: HubTurn, ended: str) -> None:
+        """A turn ended: keep it in its session's transcript."""
+        self.record(turn.session_id, turn.utterance, turn.sentences, ended)
+
+    def record(self, session_id: str, utterance: str, sentences: List[str], ended: str) -> None:
+        """Keep an exchange in the session's transcript, unless the session is gone (a turn
+        that outlived its satellite must not bring the session back)."""
+        with self._satellites_lock:
+            if session_id in self.satellites:
+                self.transcripts.record(session_id, Exchange(utterance, "\n".join(sentences),
+                                                             ended))
+
     def session_for_reply(self, turn: HubTurn) -> Dict[str, Any]:
         """The satellite's Session as the engine left it (a relay engine refreshes it from the
         upstream hub), under the id the satellite knows it by."""
@@ -361,9 +339,19 @@ class ChatAgentProtocol(AgentProtocol):
         return stream_answer(self, utterance, lang, group="query")
 
     def answer_query(self, utterance: str, lang: str, client=None) -> Iterator[Optional[str]]:
-        """As `natural_language_query`, counted against the asking client's worker share."""
-        group = connection_client(client) if client is not None else "query"
-        return stream_answer(self, utterance, lang, group=group)
+        """As `natural_language_query`, counted against the asking client's worker share, with
+        the client's earlier QUERY exchanges as the engine's history (one conversation per
+        access key, released like a satellite session)."""
+        if client is None:
+            return stream_answer(self, utterance, lang, group="query")
+        history = engine_session_id(self._secret, connection_client(client), QUERY_SESSION)
+        with self._satellites_lock:
+            evicted = self.satellites.touch(history, connection_token(client),
+                                            str(getattr(client, "peer", "")), time.monotonic(),
+                                            connection_client(client))
+        self._forget_sessions(evicted)
+        return stream_answer(self, utterance, lang, group=connection_client(client),
+                             history=history)
 
     def __repr__(self) -> str:
         # the dataclass repr would print config, i.e. a relay's upstream key and password, and
@@ -372,10 +360,7 @@ class ChatAgentProtocol(AgentProtocol):
                 f"workers={self.settings.workers}, timeout={self.settings.timeout:g})")
 
     def shutdown(self) -> None:
-        with self._satellites_lock:
-            following = list(self._asides)
-        for session_id in following:
-            self._stop_asides(session_id)
+        self.asides.stop_all()
         self.executor.shutdown(wait=False)
         stop = getattr(self.engine, "shutdown", None)
         if callable(stop):

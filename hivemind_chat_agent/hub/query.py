@@ -15,6 +15,8 @@ from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
 from ovos_utils.log import LOG
 
 from hivemind_chat_agent.compat import register_session as register
+from hivemind_chat_agent.core.transcript import ANSWERED, STOPPED
+from hivemind_chat_agent.core.turns import EndReason
 from hivemind_chat_agent.hub.serial_executor import QueueFull
 
 if TYPE_CHECKING:
@@ -24,8 +26,10 @@ _END = object()
 
 
 def stream_answer(protocol: "ChatAgentProtocol", utterance: str, lang: str,
-                  group: str) -> Iterator[Optional[str]]:
-    """Sentences of the engine's answer, then exactly one None."""
+                  group: str, history: Optional[str] = None) -> Iterator[Optional[str]]:
+    """Sentences of the engine's answer, then exactly one None. With `history` (an engine
+    session id), the engine gets that session's transcript first, and the exchange is kept
+    in it."""
     if not isinstance(utterance, str) or not utterance.strip():
         yield None
         return
@@ -37,9 +41,10 @@ def stream_answer(protocol: "ChatAgentProtocol", utterance: str, lang: str,
         try:
             sess = register(Session.deserialize({"session_id": session_id,
                                                  "lang": lang or "en-US"}))
+            messages = protocol.conversation(history, utterance) if history else \
+                [AgentMessage(role=MessageRole.USER, content=utterance)]
             for sentence in protocol.engine.stream_sentences(
-                    [AgentMessage(role=MessageRole.USER, content=utterance)],
-                    session_id=session_id, lang=sess.lang, units=sess.system_unit):
+                    messages, session_id=session_id, lang=sess.lang, units=sess.system_unit):
                 if abandoned.is_set():
                     return
                 if isinstance(sentence, str) and sentence.strip():
@@ -57,6 +62,7 @@ def stream_answer(protocol: "ChatAgentProtocol", utterance: str, lang: str,
         yield None
         return
     timeout = protocol.settings.timeout
+    said, ended = [], None
     try:
         while True:
             try:
@@ -65,14 +71,21 @@ def stream_answer(protocol: "ChatAgentProtocol", utterance: str, lang: str,
                 LOG.warning(f"QUERY answer ended early: the engine gave no sentence for "
                             f"{timeout:g} s")
                 protocol.executor.cancel(session_id, run)   # if it never started
+                ended = EndReason.TIMEOUT.value
                 break
             if item is _END:
+                ended = ANSWERED if said else EndReason.NOT_UNDERSTOOD.value
                 break
             if isinstance(item, Exception):
                 LOG.warning(f"QUERY answer ended early: engine raised "
                             f"{type(item).__name__}: {item}")
+                ended = EndReason.ENGINE_ERROR.value
                 break
+            said.append(item)
             yield item
     finally:
         abandoned.set()
+        if history:     # a consumer that stopped listening heard what it was given
+            protocol.record(history, utterance, said, ended or (
+                STOPPED if said else EndReason.NOT_UNDERSTOOD.value))
     yield None

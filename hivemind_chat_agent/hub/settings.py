@@ -21,6 +21,8 @@ class HubSettings:
     max_queue_per_client: int = 16   # turns of one access key waiting
     session_ttl: float = 3600.0  # a satellite session unseen this long is forgotten
     max_sessions_per_client: int = 256   # beyond: the client's least recently seen is forgotten
+    history_turns: int = 10      # earlier exchanges the engine gets with each utterance (0: none)
+    history_bytes: int = 32768   # and at most this much of their text, per session
 
     @classmethod
     def from_dict(cls, config: Dict[str, Any]) -> "HubSettings":
@@ -41,16 +43,19 @@ class HubSettings:
                            max_queue_per_client=int(config.get("max_queue_per_client", 16)),
                            session_ttl=float(config.get("session_ttl", 3600)),
                            max_sessions_per_client=int(config.get("max_sessions_per_client",
-                                                                  256)))
+                                                                  256)),
+                           history_turns=int(config.get("history_turns", 10)),
+                           history_bytes=int(config.get("history_bytes", 32768)))
         except (TypeError, ValueError) as e:
             raise ConfigurationError(f"invalid number in {PLUGIN_NAME} config: {e}") from None
         if settings.timeout <= 0 or settings.workers < 1 or settings.max_queue < 1 \
                 or settings.max_queue_per_session < 1 or settings.session_ttl <= 0 \
                 or settings.workers_per_client < 1 or settings.max_queue_per_client < 1 \
-                or settings.max_sessions_per_client < 1:
+                or settings.max_sessions_per_client < 1 or settings.history_turns < 0 \
+                or settings.history_bytes < 256:
             raise ConfigurationError(f"{PLUGIN_NAME}: timeout and session_ttl must be > 0, "
                                      "workers, max_queue and the per-session and per-client "
-                                     "bounds >= 1")
+                                     "bounds >= 1, history_turns >= 0, history_bytes >= 256")
         return settings
 
 
