@@ -212,9 +212,10 @@ class OVOSHub:
         if self.generation != "4.0":
             # ovos-padatious 2.x compiles its intents after "ready" (debounced, in the
             # background): until then "hello world" falls through to the unknown fallback
-            self._wait("core", self._answers("hello world", "ovos-skill-hello-world"), 300)
-            # and every intent the tests use (parrot's came later than hello-world's under load)
-            self._wait("core", self._answers("start parrot", "ovos-skill-parrot"), 300)
+            self._wait("core", self._answers("hello world", "ovos-skill-hello-world"), 600)
+            # and every intent the tests use (parrot's came later than hello-world's under load;
+            # on a fresh machine ovos-core 3.7 compiled them 4 min after it said it was ready)
+            self._wait("core", self._answers("start parrot", "ovos-skill-parrot"), 600)
         self._spawn("hivemind", [self._bin("hivemind-core"), "listen"])
         self._wait("hivemind", self._listening(self.port), 60)
         return self
