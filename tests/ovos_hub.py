@@ -216,6 +216,9 @@ class OVOSHub:
             # and every intent the tests use (parrot's came later than hello-world's under load;
             # on a fresh machine ovos-core 3.7 compiled them 4 min after it said it was ready)
             self._wait("core", self._answers("start parrot", "ovos-skill-parrot"), 600)
+            # and count's (barge-in): two clean-clone runs got the unknown fallback for it
+            # for minutes after parrot's had compiled
+            self._wait("core", self._answers("count to 2", "ovos-skill-count"), 600)
         self._spawn("hivemind", [self._bin("hivemind-core"), "listen"])
         self._wait("hivemind", self._listening(self.port), 60)
         return self
