@@ -19,26 +19,25 @@ def test_a_connect_waits_for_turns_in_flight_but_never_longer_than_max_wait():
         assert clock.now() == start
 
 
-def test_a_connect_goes_as_soon_as_the_turns_in_flight_end():
+def waited_behind(held: str, waiting: str, released_after: float) -> float:
+    """How long `gate.<waiting>()` waits while `gate.<held>()` is held and released
+    `released_after` seconds later, as another thread would."""
     clock = FakeClock()
     gate = ChurnGate(max_wait=1.0, clock=clock)
-    with ExitStack() as turn_in_flight:
-        turn_in_flight.enter_context(gate.turn())
-        clock.call_later(0.1, turn_in_flight.close)
+    with ExitStack() as holder:
+        holder.enter_context(getattr(gate, held)())
+        clock.call_later(released_after, holder.close)
         start = clock.now()
-        with gate.change():
-            assert round(clock.now() - start, 6) == 0.1
+        with getattr(gate, waiting)():
+            return round(clock.now() - start, 6)
+
+
+def test_a_connect_goes_as_soon_as_the_turns_in_flight_end():
+    assert waited_behind("turn", "change", 0.1) == 0.1
 
 
 def test_a_turn_waits_for_a_connect_in_progress():
-    clock = FakeClock()
-    gate = ChurnGate(max_wait=1.0, clock=clock)
-    with ExitStack() as connecting:
-        connecting.enter_context(gate.change())
-        clock.call_later(0.2, connecting.close)
-        start = clock.now()
-        with gate.turn():
-            assert round(clock.now() - start, 6) == 0.2
+    assert waited_behind("change", "turn", 0.2) == 0.2
 
 
 def test_concurrent_turns_are_spaced_and_sequential_ones_never_delayed():

@@ -11,7 +11,6 @@ Bounded per session in exchanges (`history_turns`) and in bytes of text (`histor
 oldest exchanges go first; one exchange alone longer than that keeps its newest bytes). No I/O
 and no locks: the hub holds its own lock around it.
 """
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Dict, List, Tuple
 
@@ -41,7 +40,7 @@ class Transcripts:
             raise ValueError("history_turns must be >= 0 and history_bytes >= 256")
         self.history_turns = history_turns
         self.history_bytes = history_bytes
-        self._sessions: Dict[str, List[Exchange]] = OrderedDict()
+        self._sessions: Dict[str, List[Exchange]] = {}
 
     def messages(self, session_id: str, utterance: str) -> List[Tuple[str, str]]:
         """(role, content) pairs for the engine: the session's answered exchanges, oldest
