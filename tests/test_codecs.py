@@ -1,5 +1,6 @@
 """JSON-B91/Z85B/Z85P frames: z85base91's C codecs leak every result buffer; ours must not,
 and must stay byte-compatible with peers that still use them."""
+import ctypes
 import os
 
 import pytest
@@ -15,12 +16,37 @@ compat.use_leak_free_codecs()   # what a connection or the hub plugin does when 
 LEAKY = [SupportedEncodings.JSON_B91, SupportedEncodings.JSON_Z85B, SupportedEncodings.JSON_Z85P]
 
 
-def rss_mb() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+        "fordblks", "keepcost")]
+
+
+def heap_in_use() -> int:
+    """Bytes malloc has handed out and not had back (glibc's mallinfo2): a buffer a C library
+    never frees stays counted here, whatever the page reuse that hides it from RSS."""
+    libc = ctypes.CDLL("libc.so.6")
+    libc.mallinfo2.restype = _MallInfo2
+    info = libc.mallinfo2()
+    return info.uordblks + info.hblkhd
+
+
+def heap_kept_by_round_trips(encoding, frames: int = 40) -> int:
+    """Bytes still allocated after `frames` encrypt/decrypt round trips of an 8 KB text."""
+    key = os.urandom(16)
+    text = os.urandom(4096).hex()
+
+    def round_trip():
+        frame = encrypt_as_json(key, text, cipher=SupportedCiphers.AES_GCM, encoding=encoding)
+        assert decrypt_from_json(key, frame, cipher=SupportedCiphers.AES_GCM,
+                                 encoding=encoding) == text
+
+    for _ in range(5):     # warm up allocator pools and caches
+        round_trip()
+    before = heap_in_use()
+    for _ in range(frames):
+        round_trip()
+    return heap_in_use() - before
 
 
 def c_codecs():
@@ -47,16 +73,14 @@ def test_our_codecs_read_and_write_what_the_c_codecs_do(name):
 
 @pytest.mark.parametrize("encoding", LEAKY)
 def test_frames_in_the_leaky_encodings_cost_no_memory(encoding):
-    """With the C codecs, 300 round trips of a 16 KB frame kept about 10 MB."""
-    key = os.urandom(16)
-    text = os.urandom(8192).hex()
-    for _ in range(20):    # warm up allocator pools
-        decrypt_from_json(key, encrypt_as_json(key, text, cipher=SupportedCiphers.AES_GCM,
-                                               encoding=encoding),
-                          cipher=SupportedCiphers.AES_GCM, encoding=encoding)
-    before = rss_mb()
-    for _ in range(300):
-        frame = encrypt_as_json(key, text, cipher=SupportedCiphers.AES_GCM, encoding=encoding)
-        assert decrypt_from_json(key, frame, cipher=SupportedCiphers.AES_GCM,
-                                 encoding=encoding) == text
-    assert rss_mb() - before < 3, f"{rss_mb() - before:.1f} MB kept by 300 frames"
+    kept = heap_kept_by_round_trips(encoding)
+    assert kept < 256 * 1024, f"{kept / 1024:.0f} KB kept by 40 frames"
+
+
+@pytest.mark.parametrize("name, encoding", [("B91", SupportedEncodings.JSON_B91),
+                                            ("Z85P", SupportedEncodings.JSON_Z85P)])
+def test_the_measure_sees_the_c_codecs_leak(name, encoding, monkeypatch):
+    """The measure above can fail: z85base91's C B91 and Z85P never free their results
+    (about 1.3 MB and 0.7 MB for these 40 frames; its Z85B frees them)."""
+    monkeypatch.setattr(encryption, name, c_codecs()[name])
+    assert heap_kept_by_round_trips(encoding) > 512 * 1024

@@ -11,9 +11,10 @@ from hivemind_bus_client.noise import (NoiseTransport, build_prologue, canonical
 from ovos_bus_client.message import Message
 from poorman_handshake import PasswordHandShake
 
-from hivemind_chat_agent.client.noise_keys import NoiseKeyring
+from hivemind_chat_agent.client.noise_keys import NoiseKeyring, cached_psk
 from hivemind_chat_agent.core.frames import Verdict, open_frame
-from hivemind_chat_agent.core.handshake import ExchangeInputs, choose
+from hivemind_chat_agent.core.exchange import ExchangeInputs
+from hivemind_chat_agent.core.handshake import choose
 from hivemind_chat_agent.core.handshake_noise import NoiseExchange
 from hivemind_chat_agent.core.handshake_password import PasswordExchange
 from hivemind_chat_agent.core.refusals import (UtteranceTopic, denial_error, read_denial,
@@ -34,10 +35,11 @@ OFFER_4 = {"handshake": True, "min_protocol_version": 0, "max_protocol_version":
 
 
 def inputs(tmp_path, password=PASSWORD, address="127.0.0.1:5678", max_bytes=1 << 20):
+    """The client's inputs; the PSK derived once per password, as the client does."""
     return ExchangeInputs(password=password, hub_address=address,
                           noise_keys=NoiseKeyring(str(tmp_path), "key-1"),
                           encodings=("JSON-B64",), ciphers=("AES-GCM",),
-                          max_message_bytes=max_bytes)
+                          max_message_bytes=max_bytes, psk=cached_psk)
 
 
 class NoiseHub:
@@ -47,7 +49,8 @@ class NoiseHub:
         name = noise_protocol_name("XXpsk2", "25519_ChaChaPoly_SHA256")
         self.hs = start_noise_handshake(
             initiator=False, pattern="XXpsk2", suite="25519_ChaChaPoly_SHA256",
-            password=password, node_id=HELLO_5["node_id"],
+            password=None, psk=cached_psk(password, HELLO_5["node_id"]),
+            node_id=HELLO_5["node_id"],
             prologue=build_prologue(HELLO_5, OFFER_5, name),
             key_path=str(tmp_path / "hub.key"))
         self.transport = None
