@@ -35,11 +35,15 @@ EXTRAS = {
     "wyoming": ["wyoming>=1.7.0,<2"],
     # `hivemind-chat wyoming --zeroconf`: Home Assistant discovers the service
     "zeroconf": ["wyoming>=1.7.0,<2", "zeroconf>=0.88.0,<1", "ifaddr>=0.2.0"],
+    # the Redis conversation store (hub replicas, docs/scale-out.md): the `redis` client and
+    # its connection pool; 5.0 is the oldest line upstream still maintains, the suite runs 7.4
+    "redis": ["redis>=5.0,<8"],
     # benchmarks/bench_hub.py: the stock HiveMind -> OVOS path it measures our plugin against
     "bench": ["hivemind-ovos-agent-plugin>=0.4.0a1,<1", "ovos-messagebus>=0.2.0a1",
               "py-spy>=0.3"],
 }
-EXTRAS["test"] = sorted(set(EXTRAS["hub"] + EXTRAS["demo"] + EXTRAS["wyoming"]) | {
+EXTRAS["test"] = sorted(set(EXTRAS["hub"] + EXTRAS["demo"] + EXTRAS["wyoming"] +
+                            EXTRAS["redis"]) | {
     "pytest>=8", "pexpect>=4.8", "ovos-persona>=0.9.0a1"})
 
 setup(

@@ -76,3 +76,13 @@ class HubKeyChangedError(AuthenticationError):
 
 class PolicyDeniedError(HiveMindChatError):
     """The hub's message policy does not allow this client to send the utterance's topic."""
+
+
+class ReplyNotSent(HiveMindChatError):
+    """The hub plugin could not write a reply to a satellite's connection; the message says
+    why (logged by the plugin; the satellite's turn ends by its own timeout or close)."""
+
+
+class ConversationStoreError(HiveMindChatError):
+    """A hub's conversation store (Redis, for replicas) did not answer: the turn was not run.
+    Try again once the store is back; the hub reconnects to it by itself."""

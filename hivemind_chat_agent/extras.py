@@ -17,6 +17,7 @@ EXTRA_MODULES: Dict[str, Tuple[str, ...]] = {
              "tornado", "aiml"),
     "wyoming": ("wyoming",),
     "zeroconf": ("zeroconf",),
+    "redis": ("redis",),
 }
 
 

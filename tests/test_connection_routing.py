@@ -15,12 +15,14 @@ from hivemind_chat_agent.core.replies import parse_reply
 from hivemind_chat_agent.core.protocol_names import TURN_TAG_KEY
 from hivemind_chat_agent.client.session_book import SessionBook
 from hivemind_chat_agent.core.turns import Sentence
+from fake_clock import FakeClock
+
 
 class Carried:
     """A connection's turns (CarriedTurns) as the connection feeds them, socket-free."""
 
-    def __init__(self, own_id="mine", many_sessions=False):
-        self.turns = CarriedTurns(SessionBook("d"), lambda: 0.0, 100)
+    def __init__(self, own_id="mine", many_sessions=False, clock=None):
+        self.turns = CarriedTurns(SessionBook("d"), clock or FakeClock(), 100)
         self.own_id, self.many_sessions = own_id, many_sessions
 
     def open(self, sid, tag):
@@ -43,8 +45,7 @@ def conn():
 
 def heard(handle):
     out = []
-    while not handle.events.empty():
-        event = handle.events.get()
+    while (event := handle.next_event(FakeClock(), 0)) is not None:
         if isinstance(event, Sentence):
             out.append(event.text)
     return out
@@ -82,6 +83,21 @@ def test_an_untagged_namespaced_reply_is_ours_only_under_our_own_prefix(conn):
     conn.speak("untagged, ours", "0123456789abcdef:mine", None)
     conn.speak("untagged, another prefix", "fedcba9876543210:mine", None)
     assert heard(handle) == ["tagged", "untagged, ours"]
+
+
+def test_a_turn_times_out_on_its_clock_and_every_sentence_rolls_the_deadline():
+    """The driver's wait, on a fake clock: a sentence at 8 s of a 10 s timeout moves the end
+    to 18 s, where the turn times out with that sentence kept."""
+    from hivemind_chat_agent.client.turn_driver import turn_events
+    from hivemind_chat_agent.core.turns import Ended, Progress
+    clock = FakeClock()
+    c = Carried(clock=clock)
+    handle = c.turns.open("mine", "t1", 10, check=lambda: None)
+    clock.call_later(8, lambda: c.speak("still thinking", "mine", "t1"))
+    events = list(turn_events(handle, lambda: c.turns.expire(handle), clock))
+    assert [e.text for e in events if isinstance(e, Sentence)] == ["still thinking"]
+    assert isinstance(events[-1], Ended) and events[-1].state is Progress.TIMED_OUT
+    assert clock.now() == 18
 
 
 def test_the_audio_end_is_repeated_at_growing_gaps_until_the_turn_ends():
@@ -184,6 +200,6 @@ def test_a_tampered_frame_ends_the_turns_as_lost_and_closes(tmp_path):
     c = ready_connection(tmp_path)
     handle = c.turns.open("mine", "t1", 5, check=lambda: None)
     c.on_socket_untrusted(Opened(Verdict.TAMPERED, why="bad tag"))
-    ended = handle.events.get_nowait()
+    ended = handle.next_event(FakeClock(), 0)
     assert isinstance(ended, Ended) and ended.state is Progress.LOST
     assert not c.alive

@@ -116,39 +116,41 @@ def test_executor_caps_each_key_and_cancels_jobs_that_never_started():
 
 
 def test_one_client_with_many_sessions_cannot_starve_another():
-    """Client A floods with 40 sessions of slow turns; client B's turns are neither refused
-    nor queued behind A's: A runs on at most its share of workers, B takes the others."""
+    """Client A floods with 40 sessions of turns that hold their workers; client B's turns are
+    neither refused nor queued behind A's: A runs on at most its share of workers (2 of 4),
+    and B's all finish while every A turn is still held."""
     ex = KeyedSerialExecutor(workers=4, max_pending=64, max_pending_per_key=4,
                              max_pending_per_group=16, workers_per_group=2)
-    started, lock = {}, threading.Lock()
+    release_a, lock = threading.Event(), threading.Lock()
+    running = {"A": 0, "most A at once": 0}
+    b_done = threading.Semaphore(0)
 
-    def job(name, seconds):
-        def run():
-            with lock:
-                started[name] = time.monotonic()
-            time.sleep(seconds)
-        return run
-    t0 = time.monotonic()
+    def a_turn():
+        with lock:
+            running["A"] += 1
+            running["most A at once"] = max(running["most A at once"], running["A"])
+        release_a.wait(10)
+        with lock:
+            running["A"] -= 1
     refused_a = 0
     for i in range(40):
         try:
-            ex.submit(f"a-{i}", job(f"a-{i}", 0.2), group="A")
+            ex.submit(f"a-{i}", a_turn, group="A")
         except QueueFull as e:
             assert "of this client" in str(e)
             refused_a += 1
     assert 40 - 16 - 2 <= refused_a <= 40 - 16   # its own quota (2 may already run), no more
     for i in range(6):
-        ex.submit(f"b-{i}", job(f"b-{i}", 0.05), group="B")   # never refused
-    deadline = time.monotonic() + 10
-    while len(started) < 6 + (40 - refused_a) and time.monotonic() < deadline:
+        ex.submit(f"b-{i}", b_done.release, group="B")   # never refused
+    assert all(b_done.acquire(timeout=5) for _ in range(6)), "B waited behind A"
+    deadline = time.monotonic() + 5      # A's two workers may still be starting
+    while running["A"] < 2 and time.monotonic() < deadline:
         time.sleep(0.01)
-    b_start = max(started[f"b-{i}"] for i in range(6)) - t0
-    a_running_at_once = 2
-    assert b_start < 0.5, b_start            # not behind A's 16 queued 0.2 s turns (>1.6 s)
-    a_times = sorted(v for k, v in started.items() if k.startswith("a-"))
-    # A never had more than its 2 workers: its starts come in pairs 0.2 s apart
-    assert a_times[-1] - a_times[0] >= (len(a_times) / a_running_at_once - 1) * 0.2 - 0.1
+    with lock:
+        assert running["most A at once"] == 2 and running["A"] == 2
+    release_a.set()
     ex.shutdown()
+    assert running["most A at once"] == 2
 
 
 def test_cancelling_a_ready_job_leaves_the_executor_consistent():

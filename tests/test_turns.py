@@ -311,3 +311,14 @@ def test_debts_are_bounded_when_a_hub_never_sends_handled():
         table.open(t)
         table.close(t)
     assert len(table.owed("a")) == TurnTable.MAX_OWED
+
+
+@pytest.mark.parametrize("reason, error", [
+    ("busy", "HubBusyError"), ("engine_error", "HubEngineError"), ("timeout", "HubEngineError"),
+    ("store_unavailable", "ConversationStoreError")])
+def test_a_hubs_failure_reason_becomes_its_typed_error(reason, error):
+    from hivemind_chat_agent.core.outcomes import TurnStatus, judge
+    from hivemind_chat_agent.core.turns import EndReason, Ended, Progress
+    outcome = judge(Ended(Progress.UNMATCHED, "why", EndReason.read(reason)), spoke=False,
+                    refusal=None, terminated=False, agent_closed=False, timeout=10)
+    assert outcome.status is TurnStatus.FAILED and type(outcome.error).__name__ == error

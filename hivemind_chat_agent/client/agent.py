@@ -266,7 +266,12 @@ class HiveMindChatAgent(ChatEngine):
             LOG.debug("the hub answers through hivemind-chat-agent-plugin: turns need no spacing")
             self.pool.gate.relax()
 
-    def _in_use(self, current: str) -> set:
+    @property
+    def closed(self) -> bool:
+        """shutdown() was called: no more turns."""
+        return self._closed
+
+    def sessions_in_use(self, current: str) -> set:
         """Sessions whose state must stay in memory: turns in progress, subscriptions."""
         with self._locks_guard:
             busy = {sid for sid, slock in list(self._locks.items()) if slock.lock.locked()}

@@ -6,15 +6,15 @@ refreshes a Session. The decisions themselves are `core/turns.TurnTable`'s (whic
 is over) and `core/ownership.claim`'s (whose session id); this object keeps them consistent
 under one lock, per connection.
 """
-import queue
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import replace
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Deque, Dict, List, Optional, Tuple
 
 from ovos_bus_client.message import Message
 from ovos_utils.log import LOG
 
+from hivemind_chat_agent.core.clock import Clock
 from hivemind_chat_agent.core.ownership import claim, namespace_of
 from hivemind_chat_agent.core.replies import Reply, ReplyKind
 from hivemind_chat_agent.client.session_book import SessionBook
@@ -23,25 +23,35 @@ from hivemind_chat_agent.errors import HiveMindChatError
 
 
 class TurnHandle:
-    """What a caller waits on: the turn's state machine plus a queue of its events."""
+    """What a caller waits on: the turn's state machine plus an inbox of its events."""
 
     def __init__(self, turn: Turn):
         self.turn = turn
-        self.events: "queue.SimpleQueue[Event]" = queue.SimpleQueue()
+        self._inbox: Deque[Event] = deque()
+        self._arrived = threading.Condition()
         self.error: Optional[HiveMindChatError] = None   # why the hub refused it, if it did
         self.message: Optional[Message] = None           # what was sent, for a topic retry
         self.heard = False                               # some reply of this turn arrived
 
     def push(self, events: List[Event]) -> None:
-        for event in events:
-            self.events.put(event)
+        if events:
+            with self._arrived:
+                self._inbox.extend(events)
+                self._arrived.notify_all()
+
+    def next_event(self, clock: Clock, timeout: float) -> Optional[Event]:
+        """The oldest event not taken yet, waiting up to `timeout` seconds on `clock` for one;
+        None when none came."""
+        with self._arrived:
+            if not self._inbox and timeout > 0:
+                clock.wait(self._arrived, timeout)
+            return self._inbox.popleft() if self._inbox else None
 
 
 class CarriedTurns:
-    def __init__(self, book: SessionBook, clock: Callable[[], float], max_sessions: int):
+    def __init__(self, book: SessionBook, clock: Clock, max_sessions: int):
         self._book = book
-        self._clock = clock
-        self.now = clock            # the clock every turn deadline here is read on
+        self.clock = clock          # every turn deadline here is read on it
         self._max_sessions = max_sessions
         self._lock = threading.Lock()
         self._table = TurnTable()
@@ -56,7 +66,7 @@ class CarriedTurns:
         """A new turn of this session; `check` raises, under the lock, if the connection can
         no longer take it."""
         handle = TurnHandle(Turn(session_id=session_id, tag=tag, timeout=timeout,
-                                 started_at=self._clock()))
+                                 started_at=self.clock.now()))
         with self._lock:
             check()
             self._table.open(handle.turn)
@@ -77,7 +87,7 @@ class CarriedTurns:
 
     def expire(self, handle: TurnHandle) -> None:
         with self._lock:
-            handle.push(handle.turn.expire(self._clock()))
+            handle.push(handle.turn.expire(self.clock.now()))
 
     def abort(self, handle: TurnHandle, reason: str) -> None:
         with self._lock:
@@ -132,7 +142,7 @@ class CarriedTurns:
                 reply = replace(reply, session_id=owner)
             if reply.kind is ReplyKind.STOPPED:
                 return reply, None, unshare
-            routing = self._table.route(reply, self._clock())
+            routing = self._table.route(reply, self.clock.now())
             if routing.absorb is not Absorb.NOTHING:
                 self._book.absorb(reply.session_id, reply.session,
                                   response_mode_only=routing.absorb is Absorb.RESPONSE_MODE)

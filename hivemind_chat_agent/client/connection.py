@@ -34,6 +34,7 @@ from hivemind_chat_agent.client.satellite_reports import SatelliteReports
 from hivemind_chat_agent.client.session_book import SessionBook
 from hivemind_chat_agent.client.transport import (connect_failure, exchange_inputs, garbled,
                                                   open_transport, redact)
+from hivemind_chat_agent.core.clock import Clock
 from hivemind_chat_agent.core.frames import Opened
 from hivemind_chat_agent.core.hub_link import Decision, HubLink
 from hivemind_chat_agent.core.protocol_names import POLICY_DENIED_TYPE, TURN_TAG_KEY
@@ -51,7 +52,7 @@ class HubConnection:
 
     def __init__(self, config: ClientConfig, session: Optional[Session], book: SessionBook,
                  on_aside: Callable[[str, str], None] = lambda sid, text: None,
-                 clock: Callable[[], float] = time.monotonic,
+                 clock: Clock = background.SYSTEM_CLOCK,
                  topic: Optional[UtteranceTopic] = None,
                  on_speaker: Callable[[str], None] = lambda speaker: None,
                  transport: Callable[..., Any] = open_transport):
@@ -77,7 +78,7 @@ class HubConnection:
         self.topic = topic or UtteranceTopic(config.utterance_topic)
         self.retired = False                # the pool gives it no new turns
         self._thread: Optional[threading.Thread] = None
-        self.last_used = clock()
+        self.last_used = clock.now()
         self.leases = 0                     # turns holding this connection (the pool's lock)
         self._transport = transport(self, config, self.useragent,
                                     self.session_id or self.useragent)
@@ -85,7 +86,7 @@ class HubConnection:
             emit=lambda message: self._transport.emit(HiveMessage(HiveMessageType.BUS,
                                                                   payload=message)),
             wire=self._book.wire, source=self.useragent, turn_open=self.turns.is_open,
-            usable=lambda: self.alive)
+            usable=lambda: self.alive, clock=clock)
 
     # ---- what the link knows ----
     @property
@@ -185,7 +186,7 @@ class HubConnection:
                            "source": self.useragent, "platform": self.config.useragent,
                            "destination": "HiveMind"})
         handle.message = message
-        self.last_used = self._clock()
+        self.last_used = self._clock.now()
         self._send_or_say_why(HiveMessage(HiveMessageType.BUS, payload=message))
         return handle   # a close from now on reaches the turn as LOST
 
@@ -217,7 +218,7 @@ class HubConnection:
 
     def finish_turn(self, handle: TurnHandle, stopped: bool = False) -> None:
         self.turns.finish(handle, stopped)
-        self.last_used = self._clock()
+        self.last_used = self._clock.now()
 
     def report_audio_end(self, tag: Optional[str] = None,
                          session_id: Optional[str] = None) -> None:

@@ -25,7 +25,7 @@ from websocket import ABNF, WebSocketPayloadException, WebSocketProtocolExceptio
 from hivemind_chat_agent import compat
 from hivemind_chat_agent.core.frames import Opened, Verdict, open_frame
 from hivemind_chat_agent.client.noise_keys import NoiseKeyring, cached_psk
-from hivemind_chat_agent.core.handshake import ExchangeInputs, SecureChannel
+from hivemind_chat_agent.core.exchange import ExchangeInputs, SecureChannel
 from hivemind_chat_agent.errors import ConnectionLostError, HiveMindChatError, HubUnreachableError
 
 # Fastest first; the hub picks the first one its config allows.

@@ -6,11 +6,10 @@ utterance; `run()` then moves the connection's events into the `ChatTurn`, judge
 lease, the session's saved state and lock. It runs whether or not anyone reads the turn, so a
 turn nobody reads still ends, at the latest at its timeout, and frees its session.
 """
-import queue
 import threading
 import uuid
 from contextlib import ExitStack
-from typing import TYPE_CHECKING, Callable, Iterator, Optional
+from typing import Callable, Iterator, Optional, Protocol, Set
 
 from ovos_bus_client.session import Session
 from ovos_utils.log import LOG
@@ -19,17 +18,32 @@ from hivemind_chat_agent import background
 
 from hivemind_chat_agent.client.chat_turn import ChatTurn
 from hivemind_chat_agent.client.carried_turns import TurnHandle
+from hivemind_chat_agent.client.config import ClientConfig
 from hivemind_chat_agent.client.connection import HubConnection
+from hivemind_chat_agent.client.pool import ConnectionPool
+from hivemind_chat_agent.client.session_book import SessionBook
+from hivemind_chat_agent.core.clock import Clock
 from hivemind_chat_agent.core.outcomes import Outcome, TurnStatus, judge
 from hivemind_chat_agent.core.turns import Ended, Event, Sentence
 from hivemind_chat_agent.errors import HiveMindChatError
 
-if TYPE_CHECKING:
-    from hivemind_chat_agent.client.agent import HiveMindChatAgent
+
+class TurnHost(Protocol):
+    """What a turn needs of the agent it runs for (client/agent.HiveMindChatAgent)."""
+    pool: ConnectionPool
+    sessions: SessionBook
+    settings: ClientConfig
+
+    @property
+    def closed(self) -> bool:
+        """The agent was shut down."""
+
+    def sessions_in_use(self, current: str) -> Set[str]:
+        """Sessions whose state must stay in memory."""
 
 
 class TurnDriver:
-    def __init__(self, agent: "HiveMindChatAgent", session_id: str, session_lock):
+    def __init__(self, agent: TurnHost, session_id: str, session_lock):
         self.agent = agent
         self.session_id = session_id
         # held from send() until release; the agent's table of them is weak, so holding
@@ -105,7 +119,7 @@ class TurnDriver:
             if conn is not None:
                 agent.pool.release(conn)
             agent.sessions.save(sid)
-            agent.sessions.trim(keep=agent._in_use(sid))
+            agent.sessions.trim(keep=agent.sessions_in_use(sid))
             # Late replies of an unfinished turn carry its tag and cannot reach the next one,
             # so the connection is kept (reconnecting is what disturbs a hub), unless it is
             # gone or the hub strips our tags.
@@ -119,27 +133,33 @@ class TurnDriver:
 
     def _events(self) -> Iterator[Event]:
         conn, handle = self.conn, self.handle
-        while True:
-            remaining = handle.turn.deadline - conn.turns.now()
-            try:
-                event = handle.events.get(timeout=max(remaining, 0.0))
-            except queue.Empty:
-                conn.expire(handle)   # re-checks the rolling deadline under the lock
-                continue
-            yield event
-            if isinstance(event, Ended):
-                return
+        return turn_events(handle, lambda: conn.expire(handle), conn.turns.clock)
 
     def _judge(self, event: Ended) -> Outcome:
         handle = self.handle
         outcome = judge(event, spoke=bool(handle.turn.sentences), refusal=handle.error,
-                        terminated=self._terminated, agent_closed=self.agent._closed,
+                        terminated=self._terminated, agent_closed=self.agent.closed,
                         timeout=self.agent.settings.timeout)
         if outcome.status is TurnStatus.TIMED_OUT and outcome.error is None:
             LOG.warning(f"hub stopped mid-answer ({event.reason}); returning what arrived")
         elif outcome.error is None and outcome.status is not TurnStatus.ANSWERED:
             LOG.debug(f"turn ended: {outcome.status.value} {event.reason}")
         return outcome
+
+
+def turn_events(handle: TurnHandle, expire: Callable[[], None],
+                clock: Clock) -> Iterator[Event]:
+    """The turn's events as they come, up to and including its end. Each wait lasts until the
+    turn's deadline on `clock`; one that runs out calls `expire`, which ends the turn (timeout)
+    unless a sentence rolled the deadline forward meanwhile."""
+    while True:
+        event = handle.next_event(clock, handle.turn.deadline - clock.now())
+        if event is None:
+            expire()
+            continue
+        yield event
+        if isinstance(event, Ended):
+            return
 
 
 def start_driver(driver: TurnDriver) -> threading.Thread:

@@ -10,12 +10,9 @@ the answer may be gone, so the turn ends with an error and the connection is no 
 import json
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional, Protocol
 
 from hivemind_bus_client.message import HiveMessage, HiveMessageType
-
-if TYPE_CHECKING:
-    from hivemind_chat_agent.core.handshake import SecureChannel
 
 PLAIN_TYPES = (HiveMessageType.HELLO, HiveMessageType.HANDSHAKE)
 
@@ -35,7 +32,14 @@ class Opened:
     why: str = ""
 
 
-def open_frame(raw: Any, channel: Optional["SecureChannel"], max_bytes: int) -> Opened:
+class Opener(Protocol):
+    """What opens a frame after the handshake: a core.exchange.SecureChannel."""
+
+    def open(self, raw: Any) -> "Opened":
+        ...
+
+
+def open_frame(raw: Any, channel: Optional[Opener], max_bytes: int) -> Opened:
     """One frame from the hub in, a HiveMessage or a verdict with its reason out. Before the
     handshake (`channel` None) only plain HELLO and HANDSHAKE pass; after it, the channel of
     whichever generation the hub speaks decides (core/handshake_password, handshake_noise)."""

@@ -20,7 +20,7 @@ from hivemind_bus_client.noise import (NOISE_PATTERN_XX, NoiseTransport, NoiseTr
 from poorman_handshake.noise import derive_psk
 
 from hivemind_chat_agent.core.frames import Opened, Verdict, message_from_json
-from hivemind_chat_agent.core.handshake import ExchangeInputs, Frame, KeyExchange, SecureChannel
+from hivemind_chat_agent.core.exchange import ExchangeInputs, Frame, KeyExchange, SecureChannel
 from hivemind_chat_agent.errors import (HubKeyChangedError, UnsupportedHubError,
                                         WrongPasswordError)
 

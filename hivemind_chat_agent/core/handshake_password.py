@@ -14,7 +14,7 @@ from hivemind_bus_client.serialization import decode_bitstring
 from poorman_handshake import PasswordHandShake
 
 from hivemind_chat_agent.core.frames import Opened, Verdict, _message, message_from_json
-from hivemind_chat_agent.core.handshake import ExchangeInputs, Frame, KeyExchange, SecureChannel
+from hivemind_chat_agent.core.exchange import ExchangeInputs, Frame, KeyExchange, SecureChannel
 from hivemind_chat_agent.errors import WrongPasswordError
 
 

@@ -8,8 +8,9 @@ from typing import Optional
 
 from hivemind_chat_agent.core.turns import EndReason, Ended, Progress
 from hivemind_chat_agent.errors import (AgentClosedError, ConnectionLostError,
-                                        HiveMindChatError, HubBusyError, HubEngineError,
-                                        ReplyTooLargeError, TurnTimeoutError)
+                                        ConversationStoreError, HiveMindChatError,
+                                        HubBusyError, HubEngineError, ReplyTooLargeError,
+                                        TurnTimeoutError)
 
 
 class TurnStatus(str, Enum):
@@ -53,6 +54,10 @@ def judge(event: Ended, *, spoke: bool, refusal: Optional[HiveMindChatError],
         if kind is EndReason.BUSY:
             return Outcome(TurnStatus.FAILED, HubBusyError(
                 f"the hub is busy ({reason}); try again in a moment"), in_step=False)
+        if kind is EndReason.STORE_UNAVAILABLE:
+            return Outcome(TurnStatus.FAILED, ConversationStoreError(
+                f"the hub could not reach its conversation store, so the turn was not run "
+                f"({reason}); try again in a moment"), in_step=False)
         if kind in (EndReason.ENGINE_ERROR, EndReason.TIMEOUT):
             return Outcome(TurnStatus.FAILED, HubEngineError(
                 f"the hub's chat engine failed on this turn ({reason}); the hub's log has the "

@@ -12,7 +12,7 @@ oldest exchanges go first; one exchange alone longer than that keeps its newest 
 and no locks: the hub holds its own lock around it.
 """
 from dataclasses import dataclass
-from typing import Dict, List, Tuple
+from typing import Dict, Iterable, List, Sequence, Tuple
 
 ANSWERED = "answered"
 STOPPED = "stopped"
@@ -43,22 +43,15 @@ class Transcripts:
         self._sessions: Dict[str, List[Exchange]] = {}
 
     def messages(self, session_id: str, utterance: str) -> List[Tuple[str, str]]:
-        """(role, content) pairs for the engine: the session's answered exchanges, oldest
-        first, then the new utterance."""
-        out: List[Tuple[str, str]] = []
-        for exchange in self._sessions.get(session_id, ()):
-            if exchange.heard:
-                out += [("user", exchange.user), ("assistant", exchange.assistant)]
-        return out + [("user", utterance)]
+        return engine_messages(self._sessions.get(session_id, ()), utterance)
 
     def record(self, session_id: str, exchange: Exchange) -> None:
         if self.history_turns == 0:
             return
         kept = self._sessions.setdefault(session_id, [])
-        kept.append(_clip(exchange, self.history_bytes))
+        kept.append(clip(exchange, self.history_bytes))
         del kept[:-self.history_turns]
-        while len(kept) > 1 and sum(e.size for e in kept) > self.history_bytes:
-            del kept[0]
+        del kept[:oldest_over(kept, self.history_bytes)]
 
     def history(self, session_id: str) -> List[Exchange]:
         return list(self._sessions.get(session_id, ()))
@@ -73,7 +66,27 @@ class Transcripts:
         return session_id in self._sessions
 
 
-def _clip(exchange: Exchange, limit: int) -> Exchange:
+def engine_messages(exchanges: Iterable[Exchange], utterance: str) -> List[Tuple[str, str]]:
+    """(role, content) pairs for the engine: the answered exchanges, oldest first, then the
+    new utterance."""
+    out: List[Tuple[str, str]] = []
+    for exchange in exchanges:
+        if exchange.heard:
+            out += [("user", exchange.user), ("assistant", exchange.assistant)]
+    return out + [("user", utterance)]
+
+
+def oldest_over(kept: Sequence[Exchange], limit: int) -> int:
+    """How many of the oldest exchanges go so that the rest fit in `limit` bytes (the newest
+    always stays)."""
+    total, drop = sum(e.size for e in kept), 0
+    while len(kept) - drop > 1 and total > limit:
+        total -= kept[drop].size
+        drop += 1
+    return drop
+
+
+def clip(exchange: Exchange, limit: int) -> Exchange:
     """An exchange within `limit` bytes: the answer's newest part, then the utterance's."""
     if exchange.size <= limit:
         return exchange

@@ -45,6 +45,7 @@ class EndReason(str, Enum):
     TIMEOUT = "timeout"              # its chat engine went silent
     NO_TEXT = "no_text"              # the utterance had no text
     NOT_UNDERSTOOD = "not_understood"
+    STORE_UNAVAILABLE = "store_unavailable"   # its conversation store (Redis) is down
     # the client sees these (a LOST turn)
     TOO_LARGE = "too_large"          # a frame over max_frame_bytes: the connection is closed
     TAMPERED = "tampered"            # a frame failed authentication: the connection is closed

@@ -4,27 +4,40 @@
 timeout or its own stop), whoever gets there first: the worker running the engine, the IO
 loop's timer, or a satellite's `mycroft.stop`. `OpenTurns` finds a session's turns for that stop.
 """
-import time
 from threading import Lock
-from typing import TYPE_CHECKING, Any, Dict, List
+from typing import Any, Dict, List, Protocol
 
 from ovos_bus_client.message import Message
 from ovos_utils.log import LOG
 
+from hivemind_chat_agent.core.clock import Clock
 from hivemind_chat_agent.core.protocol_names import HANDLED_TYPE, SPEAK_TYPE, UNMATCHED_TYPE
 from hivemind_chat_agent.core.transcript import ANSWERED, STOPPED
 from hivemind_chat_agent.core.turns import EndReason
-from hivemind_chat_agent.hub.settings import PLUGIN_NAME
+from hivemind_chat_agent.hub.settings import PLUGIN_NAME, HubSettings
 
-if TYPE_CHECKING:
-    from hivemind_chat_agent.hub.protocol import ChatAgentProtocol
+
+class TurnHost(Protocol):
+    """What a turn needs of the plugin that runs it (hub/protocol.ChatAgentProtocol)."""
+    settings: HubSettings
+    clock: Clock
+    open_turns: "OpenTurns"
+
+    def deliver(self, turn: "HubTurn", reply: Message) -> None:
+        """Hand `reply` to the IO loop, to be written to the turn's connection."""
+
+    def session_for_reply(self, turn: "HubTurn") -> Dict[str, Any]:
+        """The Session a reply of this turn carries."""
+
+    def record_exchange(self, turn: "HubTurn", ended: str) -> None:
+        """The turn ended (`ended`: answered, stopped or a failure reason): keep it."""
 
 
 class HubTurn:
     """One satellite utterance on its way through the engine. Thread-safe `finish` guarantees
     exactly one end (answer, failure or timeout), whoever gets there first."""
 
-    def __init__(self, protocol: "ChatAgentProtocol", message: Message, client: Any, peer: str,
+    def __init__(self, protocol: TurnHost, message: Message, client: Any, peer: str,
                  loop, utterance: str, satellite_session: Dict[str, Any], session_id: str):
         self.protocol = protocol
         self.message = message
@@ -35,13 +48,13 @@ class HubTurn:
         self.satellite_session = satellite_session
         self.session_id = session_id
         self.lang = satellite_session.get("lang") or "en-US"
-        self.deadline = time.monotonic() + protocol.settings.timeout
+        self.deadline = protocol.clock.now() + protocol.settings.timeout
         self._lock = Lock()
         self.finished = False
         self.spoke = 0
         self.sentences: List[str] = []   # what the satellite was sent, for the transcript
         self.job = None   # its place in the executor's queue
-        self.timer = None   # its rolling timeout on the IO loop
+        self.timer = None   # cancels its rolling timeout (the protocol clock's timer)
         self._stopping = False
 
     def reply(self, msg_type: str, data: Dict[str, Any]) -> Message:
@@ -57,16 +70,42 @@ class HubTurn:
                 return False
             self.spoke += 1
             self.sentences.append(sentence)
-            self.deadline = time.monotonic() + self.protocol.settings.timeout
+            self.deadline = self.protocol.clock.now() + self.protocol.settings.timeout
             self.protocol.deliver(self, self.reply(SPEAK_TYPE, {
                 "utterance": sentence, "expect_response": False, "lang": self.lang,
                 "meta": {"skill": PLUGIN_NAME}}))
         return True
 
+    def converse(self, engine: Any, sess: Any, messages: List[Any]) -> None:
+        """Worker thread: the engine's sentences to the satellite as they come, then the
+        turn's end (unless a stop or the timeout ended it first)."""
+        answer = None
+        try:
+            answer = iter(engine.stream_sentences(
+                messages, session_id=self.session_id, lang=sess.lang, units=sess.system_unit))
+            for sentence in answer:
+                if self.finished or (isinstance(sentence, str) and sentence.strip() and
+                                     not self.speak(sentence)):
+                    return   # stopped or timed out: the satellite already has its end
+        except Exception as e:
+            self.finish(failed=True, why=f"engine raised {type(e).__name__}",
+                        reason=EndReason.ENGINE_ERROR)
+            LOG.warning(f"engine raised {type(e).__name__}: {e}")
+            return
+        finally:
+            close = getattr(answer, "close", None)
+            if callable(close):   # a stopped answer's generator ends now, not when collected
+                try:
+                    close()
+                except Exception as e:
+                    LOG.debug(f"engine's answer did not close cleanly: {type(e).__name__}")
+        self.finish(failed=self.spoke == 0, why="the engine had no answer",
+                    reason=EndReason.NOT_UNDERSTOOD)
+
     def _unwatch(self) -> None:
         """IO loop: drop the rolling-timeout timer of a finished turn."""
         if self.timer is not None:
-            self.loop.remove_timeout(self.timer)
+            self.timer()        # the clock's cancel
             self.timer = None
 
     def finish(self, failed: bool, why: str = "",

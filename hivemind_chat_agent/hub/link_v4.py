@@ -11,7 +11,7 @@ from ovos_bus_client.message import Message
 from ovos_utils.log import LOG
 
 from hivemind_chat_agent import compat
-from hivemind_chat_agent.hub.links import ReplyNotSent
+from hivemind_chat_agent.errors import ReplyNotSent
 
 _ENCRYPTED_MARK = "_hivemind_chat_encrypted"
 

@@ -10,7 +10,7 @@ restores the satellite's own session id (core namespaces non-admin ids as `<16 h
 from hivemind_bus_client.message import HiveMessage, HiveMessageType
 from ovos_bus_client.message import Message
 
-from hivemind_chat_agent.hub.links import ReplyNotSent
+from hivemind_chat_agent.errors import ReplyNotSent
 
 
 def fits(client) -> bool:

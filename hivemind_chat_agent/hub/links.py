@@ -18,13 +18,8 @@ The link is picked once per connection, from what the object has, and kept on it
 from types import ModuleType
 from typing import Optional
 
-from hivemind_chat_agent.errors import HiveMindChatError
 
 _LINK_ATTR = "_hivemind_chat_link"
-
-
-class ReplyNotSent(HiveMindChatError):
-    """A reply could not be written to a satellite's connection; the message says why."""
 
 
 def _links():

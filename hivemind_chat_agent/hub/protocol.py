@@ -14,7 +14,6 @@ the satellite session it belongs to, while the satellite is connected.
 """
 import dataclasses
 import threading
-import time
 from threading import Lock
 from typing import Any, Dict, Iterator, List, Optional
 
@@ -26,19 +25,22 @@ from ovos_utils.log import LOG
 from ovos_utils.xdg_utils import xdg_data_home
 
 from hivemind_chat_agent import background, compat
+from hivemind_chat_agent.core.clock import Clock
 from hivemind_chat_agent.core.conversation import conversation_for_turn
-from hivemind_chat_agent.core.transcript import Exchange, Transcripts
+from hivemind_chat_agent.core.transcript import Exchange, engine_messages
 from hivemind_chat_agent.core.protocol_names import STOP_TYPES, UTTERANCE_TYPES
 from hivemind_chat_agent.core.turns import EndReason
 from hivemind_chat_agent.core.satellites import SatelliteSessions, engine_session_id
-from hivemind_chat_agent.hub.secret import hub_secret
 from hivemind_chat_agent.compat import register_session as register
 from hivemind_chat_agent.hub.agent_bus import AgentBus
 from hivemind_chat_agent.hub.asides import Asides
 from hivemind_chat_agent.hub.connections import (connection_client, connection_closed,
                                                  connection_token, mark_closed)
+from hivemind_chat_agent.hub.conversation_store import open_store
 from hivemind_chat_agent.hub.hub_turn import HubTurn, OpenTurns
-from hivemind_chat_agent.hub.links import ReplyNotSent, install_links, link_for
+from hivemind_chat_agent.hub.links import install_links, link_for
+from hivemind_chat_agent.hub.loop_clock import IOLoopClock
+from hivemind_chat_agent.errors import ConversationStoreError, ReplyNotSent
 from hivemind_chat_agent.hub.query import stream_answer
 from hivemind_chat_agent.hub.serial_executor import KeyedSerialExecutor, QueueFull
 from hivemind_chat_agent.hub.settings import PLUGIN_NAME, HubSettings, load_engine
@@ -53,7 +55,8 @@ class ChatAgentProtocol(AgentProtocol):
     """hivemind-core agent protocol plugin `hivemind-chat-agent-plugin`."""
 
     def __init__(self, config: Optional[Dict[str, Any]] = None, bus=None, hm_protocol=None,
-                 callbacks: Optional[ClientCallbacks] = None, engine: Optional[ChatEngine] = None):
+                 callbacks: Optional[ClientCallbacks] = None, engine: Optional[ChatEngine] = None,
+                 clock: Optional[Clock] = None):
         callbacks = dataclasses.replace(callbacks or ClientCallbacks())   # not the caller's
         core_on_disconnect = callbacks.on_disconnect
         callbacks.on_disconnect = lambda client: (self._on_connection_closed(client),
@@ -63,7 +66,7 @@ class ChatAgentProtocol(AgentProtocol):
         if engine is not None:
             self.config.setdefault("engine", type(engine).__name__)
         self.settings = HubSettings.from_dict(self.config)
-        self._secret_value: Optional[bytes] = None
+        self.clock: Clock = clock or IOLoopClock()   # turn timeouts and the session sweep
         self.engine = engine or load_engine(self.settings.engine, self.settings.engine_config)
         self.executor = KeyedSerialExecutor(
             self.settings.workers, self.settings.max_queue, self.settings.max_queue_per_session,
@@ -75,7 +78,9 @@ class ChatAgentProtocol(AgentProtocol):
         self.asides = Asides(self.engine, self._send, self._satellites_lock)
         self._sweeping = False
         self.open_turns = OpenTurns()
-        self.transcripts = Transcripts(self.settings.history_turns, self.settings.history_bytes)
+        self.store = open_store(self.settings.conversation_store, self.settings.history_turns,
+                                self.settings.history_bytes, self.settings.session_ttl,
+                                data_home=lambda: str(xdg_data_home()))   # beside core's db
         install_links()
         compat.for_hub()   # stock satellites pick JSON-B91, whose C codec leaks
         for msg_type in UTTERANCE_TYPES:
@@ -87,10 +92,9 @@ class ChatAgentProtocol(AgentProtocol):
 
     @property
     def _secret(self) -> bytes:
-        """Read (or created) on the first utterance, when the hub's XDG dirs are in place."""
-        if self._secret_value is None:
-            self._secret_value = hub_secret(str(xdg_data_home()))   # beside core's database
-        return self._secret_value
+        """Read (or created) on the first utterance, when the hub's XDG dirs are in place; from
+        the shared store when there is one (ConversationStoreError while it is down)."""
+        return self.store.secret()
 
     # ---- IO loop thread: keep it short ----
     def _satellite(self, message: Message, what: str):
@@ -125,7 +129,11 @@ class ChatAgentProtocol(AgentProtocol):
 
     def _on_utterance(self, message: Message) -> None:
         from tornado.ioloop import IOLoop
-        satellite = self._satellite(message, "an utterance")
+        try:
+            satellite = self._satellite(message, "an utterance")
+        except ConversationStoreError as e:
+            self._fail_unnamed(message, e)
+            return
         if satellite is None:
             return
         client, peer, sat_session, session_id = satellite
@@ -133,11 +141,11 @@ class ChatAgentProtocol(AgentProtocol):
         loop = IOLoop.current()
         with self._satellites_lock:
             evicted = self.satellites.touch(session_id, connection_token(client), peer,
-                                            time.monotonic(), connection_client(client))
+                                            self.clock.now(), connection_client(client))
         self._forget_sessions(evicted)
         if not self._sweeping:
             self._sweeping = True
-            loop.call_later(self._sweep_interval, self._sweep, loop)
+            self.clock.call_later(self._sweep_interval, self._sweep)
         turn = HubTurn(self, message, client, peer, loop, utterance or "", sat_session,
                        session_id)
         if not (utterance or "").strip():   # still a turn: it gets its end, never silence
@@ -151,6 +159,18 @@ class ChatAgentProtocol(AgentProtocol):
             turn.finish(failed=True, why=f"hub busy ({e})", reason=EndReason.BUSY)
             return
         self._watch(turn)
+
+    def _fail_unnamed(self, message: Message, error: ConversationStoreError) -> None:
+        """IO loop: an utterance whose engine session cannot even be named (the store holding
+        the hub secret is down) still gets its end, with the reason."""
+        from tornado.ioloop import IOLoop
+        peer = message.context.get("peer") or message.context.get("source")
+        sat_session = message.context.get("session")
+        if not isinstance(sat_session, dict):
+            sat_session = {"session_id": "default"}
+        turn = HubTurn(self, message, self.clients.get(peer), peer, IOLoop.current(), "",
+                       sat_session, "")
+        turn.finish(failed=True, why=str(error), reason=EndReason.STORE_UNAVAILABLE)
 
     def _on_stop(self, message: Message) -> None:
         """IO loop: a satellite stops its session's answer (barge-in), as OVOS stops speech:
@@ -182,12 +202,12 @@ class ChatAgentProtocol(AgentProtocol):
             LOG.warning(f"the engine failed to stop a session: {type(e).__name__}: {e}")
 
     def _watch(self, turn: HubTurn) -> None:
-        """Rolling timeout on the IO loop's own timers: no thread per turn."""
+        """Rolling timeout on the clock's timers (the IO loop's): no thread per turn."""
         if turn.finished:
             return
-        remaining = turn.deadline - time.monotonic()
+        remaining = turn.deadline - self.clock.now()
         if remaining > 0:
-            turn.timer = turn.loop.call_later(remaining, self._watch, turn)
+            turn.timer = self.clock.call_later(remaining, lambda: self._watch(turn))
         elif turn.finish(failed=True, why=f"engine gave no sentence for "
                                           f"{self.settings.timeout:g} s", reason=EndReason.TIMEOUT):
             self.executor.cancel(turn.session_id, turn.job)   # if it never started
@@ -196,12 +216,12 @@ class ChatAgentProtocol(AgentProtocol):
     def _sweep_interval(self) -> float:
         return min(self.settings.session_ttl, 60.0)
 
-    def _sweep(self, loop) -> None:
-        """Forget sessions unseen for session_ttl, on an IO-loop timer (no thread)."""
+    def _sweep(self) -> None:
+        """Forget sessions unseen for session_ttl, on a timer of the clock's (no thread)."""
         with self._satellites_lock:
-            expired = self.satellites.expired(time.monotonic())
+            expired = self.satellites.expired(self.clock.now())
         self._forget_sessions(expired)
-        loop.call_later(self._sweep_interval, self._sweep, loop)
+        self.clock.call_later(self._sweep_interval, self._sweep)
 
     def _on_connection_closed(self, client) -> None:
         """IO loop, as the connection goes: its sessions, and its old names in core's table.
@@ -229,8 +249,7 @@ class ChatAgentProtocol(AgentProtocol):
         forget = getattr(self.engine, "forget_session", None)   # a relay's upstream state
         for session_id in session_ids:
             SessionManager.sessions.pop(session_id, None)
-            with self._satellites_lock:
-                self.transcripts.forget(session_id)
+            self.store.forget(session_id)
             self.asides.stop(session_id)
             if callable(forget):
                 try:
@@ -265,47 +284,36 @@ class ChatAgentProtocol(AgentProtocol):
         if connection_closed(turn.client):   # the satellite left while its turn was queued
             turn.abandon()
             return
-        turn.deadline = time.monotonic() + self.settings.timeout
-        kept = SessionManager.sessions.get(turn.session_id)
-        sess = Session.deserialize(conversation_for_turn(
-            turn.satellite_session, turn.session_id,
-            kept.serialize() if kept is not None else None))
+        turn.deadline = self.clock.now() + self.settings.timeout
+        try:
+            kept = self.store.kept_session(turn.session_id)
+            messages = self.conversation(turn.session_id, turn.utterance)
+        except ConversationStoreError as e:
+            turn.finish(failed=True, why=str(e), reason=EndReason.STORE_UNAVAILABLE)
+            self._forget_if_untracked(turn.session_id)
+            return
+        sess = Session.deserialize(conversation_for_turn(turn.satellite_session,
+                                                         turn.session_id, kept))
         register(sess)
         try:
             self.asides.follow(turn)
-            self._converse(turn, sess)
+            turn.converse(self.engine, sess, messages)
+            self._keep_session(turn.session_id)
         finally:
             self._forget_if_untracked(turn.session_id)
 
-    def _converse(self, turn: HubTurn, sess: Session) -> None:
-        answer = None
-        try:
-            answer = iter(self.engine.stream_sentences(
-                self.conversation(turn.session_id, turn.utterance),
-                session_id=turn.session_id, lang=sess.lang, units=sess.system_unit))
-            for sentence in answer:
-                if turn.finished or (isinstance(sentence, str) and sentence.strip() and
-                                     not turn.speak(sentence)):
-                    return   # stopped or timed out: the satellite already has its end
-        except Exception as e:
-            turn.finish(failed=True, why=f"engine raised {type(e).__name__}",
-                        reason=EndReason.ENGINE_ERROR)
-            LOG.warning(f"engine raised {type(e).__name__}: {e}")
+    def _keep_session(self, session_id: str) -> None:
+        sess = SessionManager.sessions.get(session_id)
+        if sess is None:
             return
-        finally:
-            close = getattr(answer, "close", None)
-            if callable(close):   # a stopped answer's generator ends now, not when collected
-                try:
-                    close()
-                except Exception as e:
-                    LOG.debug(f"engine's answer did not close cleanly: {type(e).__name__}")
-        turn.finish(failed=turn.spoke == 0, why="the engine had no answer",
-                    reason=EndReason.NOT_UNDERSTOOD)
+        try:
+            self.store.keep_session(session_id, sess.serialize())
+        except ConversationStoreError as e:   # answered already; the next turn may fail
+            LOG.warning(f"the session after a turn was not kept: {e}")
 
     def conversation(self, session_id: str, utterance: str) -> List[AgentMessage]:
         """What the engine gets: the session's last answered exchanges, then `utterance`."""
-        with self._satellites_lock:
-            pairs = self.transcripts.messages(session_id, utterance)
+        pairs = engine_messages(self.store.history(session_id), utterance)
         return [AgentMessage(role=_ROLES[role], content=text) for role, text in pairs]
 
     def record_exchange(self, turn: HubTurn, ended: str) -> None:
@@ -316,9 +324,12 @@ class ChatAgentProtocol(AgentProtocol):
         """Keep an exchange in the session's transcript, unless the session is gone (a turn
         that outlived its satellite must not bring the session back)."""
         with self._satellites_lock:
-            if session_id in self.satellites:
-                self.transcripts.record(session_id, Exchange(utterance, "\n".join(sentences),
-                                                             ended))
+            if session_id not in self.satellites:
+                return
+        try:
+            self.store.record(session_id, Exchange(utterance, "\n".join(sentences), ended))
+        except ConversationStoreError as e:   # the satellite has its answer; history lacks it
+            LOG.warning(f"an exchange was not kept: {e}")
 
     def session_for_reply(self, turn: HubTurn) -> Dict[str, Any]:
         """The satellite's Session as the engine left it (a relay engine refreshes it from the
@@ -344,10 +355,14 @@ class ChatAgentProtocol(AgentProtocol):
         access key, released like a satellite session)."""
         if client is None:
             return stream_answer(self, utterance, lang, group="query")
-        history = engine_session_id(self._secret, connection_client(client), QUERY_SESSION)
+        try:
+            history = engine_session_id(self._secret, connection_client(client), QUERY_SESSION)
+        except ConversationStoreError as e:
+            LOG.warning(f"not answering a QUERY: {e}")
+            return iter([None])
         with self._satellites_lock:
             evicted = self.satellites.touch(history, connection_token(client),
-                                            str(getattr(client, "peer", "")), time.monotonic(),
+                                            str(getattr(client, "peer", "")), self.clock.now(),
                                             connection_client(client))
         self._forget_sessions(evicted)
         return stream_answer(self, utterance, lang, group=connection_client(client),
@@ -362,6 +377,7 @@ class ChatAgentProtocol(AgentProtocol):
     def shutdown(self) -> None:
         self.asides.stop_all()
         self.executor.shutdown(wait=False)
+        self.store.close()
         stop = getattr(self.engine, "shutdown", None)
         if callable(stop):
             stop()

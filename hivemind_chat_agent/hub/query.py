@@ -5,56 +5,105 @@ worker of its own and relays each yielded sentence as a `speak`, then ends the s
 first None. The engine runs as a turn does: on the plugin's bounded workers, under the rolling
 timeout, in a Session of its own that is forgotten afterwards (a QUERY carries no session).
 """
-import queue
 import threading
 import uuid
-from typing import TYPE_CHECKING, Iterator, Optional
+from collections import deque
+from typing import Any, Callable, Deque, Iterator, List, Optional, Protocol
 
 from ovos_bus_client.session import Session, SessionManager
 from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
 from ovos_utils.log import LOG
 
 from hivemind_chat_agent.compat import register_session as register
+from hivemind_chat_agent.core.clock import Clock
 from hivemind_chat_agent.core.transcript import ANSWERED, STOPPED
 from hivemind_chat_agent.core.turns import EndReason
-from hivemind_chat_agent.hub.serial_executor import QueueFull
+from hivemind_chat_agent.errors import ConversationStoreError
+from hivemind_chat_agent.hub.serial_executor import KeyedSerialExecutor, QueueFull
+from hivemind_chat_agent.hub.settings import HubSettings
 
-if TYPE_CHECKING:
-    from hivemind_chat_agent.hub.protocol import ChatAgentProtocol
+
+class QueryHost(Protocol):
+    """What a QUERY needs of the plugin (hub/protocol.ChatAgentProtocol)."""
+    engine: Any
+    executor: KeyedSerialExecutor
+    settings: HubSettings
+    clock: Clock
+
+    def conversation(self, session_id: str, utterance: str) -> List[AgentMessage]:
+        """The session's kept exchanges, then `utterance`, as the engine's messages."""
+
+    def record(self, session_id: str, utterance: str, sentences: List[str],
+               ended: str) -> None:
+        """Keep an exchange in the session's transcript."""
+
 
 _END = object()
+_TIMED_OUT = object()
 
 
-def stream_answer(protocol: "ChatAgentProtocol", utterance: str, lang: str,
-                  group: str, history: Optional[str] = None) -> Iterator[Optional[str]]:
-    """Sentences of the engine's answer, then exactly one None. With `history` (an engine
-    session id), the engine gets that session's transcript first, and the exchange is kept
-    in it."""
-    if not isinstance(utterance, str) or not utterance.strip():
-        yield None
-        return
-    session_id = f"hivemind-query-{uuid.uuid4().hex}"
-    sentences: "queue.Queue" = queue.Queue()
-    abandoned = threading.Event()     # the consumer stopped listening
+class _Answer:
+    """The engine's sentences on their way from its worker to the QUERY's consumer; then
+    `_END`, or the exception the engine raised."""
 
+    def __init__(self, clock: Clock):
+        self._clock = clock
+        self._items: Deque[Any] = deque()
+        self._arrived = threading.Condition()
+        self.abandoned = threading.Event()     # the consumer stopped listening
+
+    def put(self, item: Any) -> None:
+        with self._arrived:
+            self._items.append(item)
+            self._arrived.notify_all()
+
+    def take(self, timeout: float) -> Any:
+        """The next item, or `_TIMED_OUT` when none came for `timeout` seconds."""
+        with self._arrived:
+            if not self._items:
+                self._clock.wait(self._arrived, timeout)
+            return self._items.popleft() if self._items else _TIMED_OUT
+
+
+def _engine_job(protocol: QueryHost, session_id: str, lang: str, messages: List[AgentMessage],
+                answer: _Answer) -> Callable[[], None]:
     def run() -> None:
         try:
             sess = register(Session.deserialize({"session_id": session_id,
                                                  "lang": lang or "en-US"}))
-            messages = protocol.conversation(history, utterance) if history else \
-                [AgentMessage(role=MessageRole.USER, content=utterance)]
             for sentence in protocol.engine.stream_sentences(
                     messages, session_id=session_id, lang=sess.lang, units=sess.system_unit):
-                if abandoned.is_set():
+                if answer.abandoned.is_set():
                     return
                 if isinstance(sentence, str) and sentence.strip():
-                    sentences.put(sentence)
-            sentences.put(_END)
+                    answer.put(sentence)
+            answer.put(_END)
         except Exception as e:
-            sentences.put(e)
+            answer.put(e)
         finally:
             SessionManager.sessions.pop(session_id, None)
+    return run
 
+
+def stream_answer(protocol: QueryHost, utterance: str, lang: str,
+                  group: str, history: Optional[str] = None) -> Iterator[Optional[str]]:
+    """Sentences of the engine's answer, then exactly one None. With `history` (an engine
+    session id), the engine gets that session's transcript first, and the exchange is kept
+    in it. The answer ends when the engine gives no sentence for the hub's timeout (on the
+    plugin's clock)."""
+    if not isinstance(utterance, str) or not utterance.strip():
+        yield None
+        return
+    session_id = f"hivemind-query-{uuid.uuid4().hex}"
+    try:
+        messages = protocol.conversation(history, utterance) if history else \
+            [AgentMessage(role=MessageRole.USER, content=utterance)]
+    except ConversationStoreError as e:
+        LOG.warning(f"not answering a QUERY: {e}")
+        yield None
+        return
+    answer = _Answer(protocol.clock)
+    run = _engine_job(protocol, session_id, lang, messages, answer)
     try:
         protocol.executor.submit(session_id, run, group=group)
     except QueueFull as e:
@@ -64,27 +113,24 @@ def stream_answer(protocol: "ChatAgentProtocol", utterance: str, lang: str,
     timeout = protocol.settings.timeout
     said, ended = [], None
     try:
-        while True:
-            try:
-                item = sentences.get(timeout=timeout)
-            except queue.Empty:
+        while ended is None:
+            item = answer.take(timeout)
+            if item is _TIMED_OUT:
                 LOG.warning(f"QUERY answer ended early: the engine gave no sentence for "
                             f"{timeout:g} s")
                 protocol.executor.cancel(session_id, run)   # if it never started
                 ended = EndReason.TIMEOUT.value
-                break
-            if item is _END:
+            elif item is _END:
                 ended = ANSWERED if said else EndReason.NOT_UNDERSTOOD.value
-                break
-            if isinstance(item, Exception):
+            elif isinstance(item, Exception):
                 LOG.warning(f"QUERY answer ended early: engine raised "
                             f"{type(item).__name__}: {item}")
                 ended = EndReason.ENGINE_ERROR.value
-                break
-            said.append(item)
-            yield item
+            else:
+                said.append(item)
+                yield item
     finally:
-        abandoned.set()
+        answer.abandoned.set()
         if history:     # a consumer that stopped listening heard what it was given
             protocol.record(history, utterance, said, ended or (
                 STOPPED if said else EndReason.NOT_UNDERSTOOD.value))

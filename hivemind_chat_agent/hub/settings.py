@@ -23,6 +23,7 @@ class HubSettings:
     max_sessions_per_client: int = 256   # beyond: the client's least recently seen is forgotten
     history_turns: int = 10      # earlier exchanges the engine gets with each utterance (0: none)
     history_bytes: int = 32768   # and at most this much of their text, per session
+    conversation_store: str = "memory"   # or "redis://HOST:PORT/DB", shared by replicas
 
     @classmethod
     def from_dict(cls, config: Dict[str, Any]) -> "HubSettings":
@@ -45,7 +46,8 @@ class HubSettings:
                            max_sessions_per_client=int(config.get("max_sessions_per_client",
                                                                   256)),
                            history_turns=int(config.get("history_turns", 10)),
-                           history_bytes=int(config.get("history_bytes", 32768)))
+                           history_bytes=int(config.get("history_bytes", 32768)),
+                           conversation_store=str(config.get("conversation_store") or "memory"))
         except (TypeError, ValueError) as e:
             raise ConfigurationError(f"invalid number in {PLUGIN_NAME} config: {e}") from None
         if settings.timeout <= 0 or settings.workers < 1 or settings.max_queue < 1 \

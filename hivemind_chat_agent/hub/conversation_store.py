@@ -1,0 +1,136 @@
+"""Where the hub plugin keeps what a conversation needs between turns, so that any hub sharing
+the store can continue it: the transcript the engine is given (core/transcript.py), the OVOS
+Session the hub keeps for the satellite (the conversation fields a stateless satellite does not
+echo), and the hub secret that names engine sessions (core/satellites.engine_session_id).
+
+Two backends, chosen by `conversation_store` in the plugin's config:
+- `"memory"` (the default): this process only. Transcripts live in a dict, Sessions in OVOS's
+  `SessionManager`, the secret in a file beside hivemind-core's database (hub/secret.py). What
+  a satellite session left is released when the hub forgets the session (TTL, disconnect, the
+  per-client cap).
+- `"redis://HOST:PORT/DB"` (extra `[redis]`): shared by every replica behind one address. Each
+  conversation's keys expire `session_ttl` after its last turn rather than on disconnect (the
+  satellite may be on its way to another replica). An unreachable Redis raises
+  `ConversationStoreError`: the turn fails with reason "store_unavailable" and the satellite is
+  told; the `redis` client's connection pool reconnects by itself when Redis is back.
+
+Methods are called from the plugin's worker threads and the IO loop; both backends are
+thread-safe.
+"""
+import json
+import threading
+from typing import Any, Callable, Dict, List, Optional, Protocol
+from urllib.parse import urlsplit
+
+from ovos_bus_client.session import SessionManager
+
+from hivemind_chat_agent.core.transcript import Exchange, Transcripts, clip, oldest_over
+from hivemind_chat_agent.errors import ConfigurationError
+from hivemind_chat_agent.hub.secret import hub_secret
+
+KEY_PREFIX = "hivemind-chat:"
+REDIS_TIMEOUT = 2.0    # seconds: a Redis that does not answer fails the turn, never hangs it
+
+
+class ConversationStore(Protocol):
+    def history(self, session_id: str) -> List[Exchange]:
+        """The session's kept exchanges, oldest first."""
+
+    def record(self, session_id: str, exchange: Exchange) -> None:
+        """Keep an exchange, within the bounds of history_turns and history_bytes."""
+
+    def kept_session(self, session_id: str) -> Optional[Dict[str, Any]]:
+        """The Session the hub kept for this conversation (serialized), if any."""
+
+    def keep_session(self, session_id: str, session: Dict[str, Any]) -> None:
+        """The Session as the engine left it after a turn."""
+
+    def forget(self, session_id: str) -> None:
+        """This hub no longer follows the session (its TTL, a disconnect, the cap)."""
+
+    def secret(self) -> bytes:
+        """The hub secret engine session ids are keyed with, the same for every hub sharing
+        the store."""
+
+    def close(self) -> None:
+        """Release connections; the store is not used again."""
+
+
+def open_store(url: str, history_turns: int, history_bytes: int, session_ttl: float,
+               data_home: Callable[[], str]) -> ConversationStore:
+    """The store `url` names ("memory", or "redis://..." / "rediss://..." / "unix://...")."""
+    scheme = urlsplit(url).scheme if "://" in url else url
+    if scheme in ("", "memory"):
+        return MemoryStore(history_turns, history_bytes, data_home)
+    if scheme in ("redis", "rediss", "unix"):
+        from hivemind_chat_agent.extras import require
+        require("redis", "the Redis conversation store")
+        from hivemind_chat_agent.hub.redis_store import RedisStore
+        return RedisStore(url, history_turns, history_bytes, session_ttl)
+    raise ConfigurationError(
+        f'conversation_store must be "memory" or a redis:// URL (redis://HOST:PORT/DB), '
+        f"not {scheme!r}")
+
+
+class MemoryStore:
+    """One hub's memory: a transcript dict under a lock, OVOS's SessionManager, a secret file."""
+
+    def __init__(self, history_turns: int, history_bytes: int, data_home: Callable[[], str]):
+        self.transcripts = Transcripts(history_turns, history_bytes)
+        self._lock = threading.Lock()
+        self._data_home = data_home
+        self._secret: Optional[bytes] = None
+
+    def history(self, session_id: str) -> List[Exchange]:
+        with self._lock:
+            return self.transcripts.history(session_id)
+
+    def record(self, session_id: str, exchange: Exchange) -> None:
+        with self._lock:
+            self.transcripts.record(session_id, exchange)
+
+    def kept_session(self, session_id: str) -> Optional[Dict[str, Any]]:
+        kept = SessionManager.sessions.get(session_id)
+        return kept.serialize() if kept is not None else None
+
+    def keep_session(self, session_id: str, session: Dict[str, Any]) -> None:
+        """Nothing to do: the engine's Session is in SessionManager already."""
+
+    def forget(self, session_id: str) -> None:
+        with self._lock:
+            self.transcripts.forget(session_id)
+
+    def secret(self) -> bytes:
+        if self._secret is None:
+            self._secret = hub_secret(self._data_home())
+        return self._secret
+
+    def close(self) -> None:
+        pass
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self.transcripts)
+
+
+def exchange_to_json(exchange: Exchange) -> str:
+    return json.dumps([exchange.user, exchange.assistant, exchange.ended])
+
+
+def exchange_from_json(raw: Any) -> Optional[Exchange]:
+    """An exchange as stored, or None for an entry that is not one (never trusted blindly)."""
+    try:
+        user, assistant, ended = json.loads(raw)
+    except (TypeError, ValueError):
+        return None
+    if not all(isinstance(x, str) for x in (user, assistant, ended)):
+        return None
+    return Exchange(user, assistant, ended)
+
+
+def bounded(exchanges: List[Exchange], new: Exchange, history_turns: int,
+            history_bytes: int) -> int:
+    """How many of the oldest of `exchanges` + [new] go to keep the bounds."""
+    kept = exchanges + [clip(new, history_bytes)]
+    over_turns = max(0, len(kept) - history_turns)
+    return over_turns + oldest_over(kept[over_turns:], history_bytes)

@@ -1,0 +1,114 @@
+"""The conversation store on Redis (hub/conversation_store.py has the contract), for hubs that
+share conversations: replicas behind one address.
+
+Keys, under `hivemind-chat:` in the URL's database:
+    history:<engine session id>   a list of JSON [user, assistant, ended], oldest first
+    session:<engine session id>   the hub-kept OVOS Session, JSON
+    secret                        the hub secret, hex, set once by whichever hub comes first
+Engine session ids are keyed digests (core/satellites.py): no access key or utterance is in a
+key name. Every write renews its conversation's keys for `session_ttl`.
+"""
+import json
+import secrets
+from typing import Any, Dict, List, Optional
+from urllib.parse import urlsplit, urlunsplit
+
+import redis
+
+from hivemind_chat_agent.core.transcript import Exchange, clip
+from hivemind_chat_agent.errors import ConversationStoreError
+from hivemind_chat_agent.hub.conversation_store import (KEY_PREFIX, REDIS_TIMEOUT, bounded,
+                                                        exchange_from_json, exchange_to_json)
+
+
+class RedisStore:
+    def __init__(self, url: str, history_turns: int, history_bytes: int, session_ttl: float):
+        self._where = _without_password(url)
+        self._redis = redis.Redis.from_url(
+            url, socket_timeout=REDIS_TIMEOUT, socket_connect_timeout=REDIS_TIMEOUT,
+            health_check_interval=30, decode_responses=True)
+        self.history_turns = history_turns
+        self.history_bytes = history_bytes
+        self._ttl = max(1, int(session_ttl))
+        self._secret: Optional[bytes] = None
+
+    def history(self, session_id: str) -> List[Exchange]:
+        if self.history_turns == 0:
+            return []
+        raw = self._call(self._redis.lrange, _history(session_id), 0, -1)
+        return [e for e in map(exchange_from_json, raw) if e is not None]
+
+    def record(self, session_id: str, exchange: Exchange) -> None:
+        """Appended, then the oldest trimmed to the bounds. Turns of one session come one at a
+        time (the satellite waits for each answer), so read-then-trim needs no transaction."""
+        if self.history_turns == 0:
+            return
+        key = _history(session_id)
+        earlier = self.history(session_id)
+        drop = bounded(earlier, exchange, self.history_turns, self.history_bytes)
+        with self._redis.pipeline() as pipe:
+            pipe.rpush(key, exchange_to_json(clip(exchange, self.history_bytes)))
+            if drop:
+                pipe.ltrim(key, drop, -1)
+            pipe.expire(key, self._ttl)
+            self._call(pipe.execute)
+
+    def kept_session(self, session_id: str) -> Optional[Dict[str, Any]]:
+        raw = self._call(self._redis.get, _session(session_id))
+        try:
+            data = json.loads(raw) if raw else None
+        except ValueError:
+            return None
+        return data if isinstance(data, dict) else None
+
+    def keep_session(self, session_id: str, session: Dict[str, Any]) -> None:
+        self._call(self._redis.set, _session(session_id), json.dumps(session), ex=self._ttl)
+
+    def forget(self, session_id: str) -> None:
+        """Kept until its TTL: the satellite may continue on another replica."""
+
+    def secret(self) -> bytes:
+        if self._secret is None:
+            key = KEY_PREFIX + "secret"
+            self._call(self._redis.set, key, secrets.token_hex(32), nx=True)
+            value = self._call(self._redis.get, key)
+            try:
+                secret = bytes.fromhex(value or "")
+            except ValueError:
+                secret = b""
+            if len(secret) < 32:
+                raise ConversationStoreError(
+                    f"the hub secret in the conversation store at {self._where} is not one "
+                    f"this plugin wrote; delete the key {key} and restart the hubs")
+            self._secret = secret
+        return self._secret
+
+    def close(self) -> None:
+        self._redis.close()
+
+    def _call(self, method, *args, **kwargs) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except redis.RedisError as e:
+            raise ConversationStoreError(
+                f"the conversation store at {self._where} failed ({type(e).__name__}: "
+                f"{str(e)[:200]}); turns fail until it answers again, then the hub "
+                "continues by itself") from None
+
+
+def _history(session_id: str) -> str:
+    return f"{KEY_PREFIX}history:{session_id}"
+
+
+def _session(session_id: str) -> str:
+    return f"{KEY_PREFIX}session:{session_id}"
+
+
+def _without_password(url: str) -> str:
+    """The URL as it may be logged: no password."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))

@@ -1,0 +1,148 @@
+"""The hub's conversation store: in memory, and on a real redis-server shared by two plugin
+instances (replicas). The satellites are connection objects shaped as hivemind-core 5.x's,
+recording what they are sent; no hub process (tests/test_hub_history.py has the real hubs)."""
+import asyncio
+import json
+import time
+from types import SimpleNamespace
+
+import pytest
+from ovos_bus_client.message import Message
+from ovos_bus_client.session import SessionManager
+
+from engines import ScriptEngine
+from hivemind_chat_agent import ChatAgentProtocol
+from hivemind_chat_agent.core.transcript import ANSWERED, Exchange
+from hivemind_chat_agent.errors import ConfigurationError, ConversationStoreError
+from hivemind_chat_agent.hub.conversation_store import open_store
+from servers import RedisServer
+
+
+class Satellite:
+    """What the plugin needs of a 5.x connection; `heard` keeps (type, data) of each reply."""
+
+    def __init__(self, peer="sat::1::x::s", key="key-1"):
+        self.noise_transport, self.peer, self.key = object(), peer, key
+        self.heard = []
+
+    def send(self, hive_message):
+        self.heard.append((hive_message.payload.msg_type, hive_message.payload.data))
+
+
+class Replica:
+    """One ChatAgentProtocol with its IO loop run by the test thread."""
+
+    def __init__(self, store_url, tmp_path, satellite, **config):
+        self.loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(self.loop)
+        self.satellite = satellite
+        self.protocol = ChatAgentProtocol(
+            config={"engine": "engines:ScriptEngine", "conversation_store": store_url,
+                    **config},
+            engine=ScriptEngine(), hm_protocol=SimpleNamespace(clients={satellite.peer:
+                                                                         satellite}))
+
+    def ask(self, text, session_id="kitchen"):
+        """The sentences (or the failure) answering `text`, once its end arrived."""
+        asyncio.set_event_loop(self.loop)
+        start = len(self.satellite.heard)
+        self.protocol.bus.emit(Message("recognizer_loop:utterance", {"utterances": [text]},
+                                       {"source": self.satellite.peer,
+                                        "session": {"session_id": session_id}}))
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            self.loop.run_until_complete(asyncio.sleep(0.01))
+            replies = self.satellite.heard[start:]
+            if replies and replies[-1][0] == "ovos.utterance.handled":
+                return [data.get("utterance") or data for kind, data in replies[:-1]]
+        raise AssertionError(f"no end for {text!r}: {self.satellite.heard[start:]}")
+
+    def close(self):
+        self.protocol.shutdown()
+        self.loop.close()
+        asyncio.set_event_loop(None)
+
+
+@pytest.fixture
+def redis_server(tmp_path):
+    server = RedisServer(str(tmp_path / "redis")).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def replicas(redis_server, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    made = []
+
+    def make(**config):
+        made.append(Replica(redis_server.url, tmp_path, Satellite(), **config))
+        return made[-1]
+    yield make
+    for replica in made:
+        replica.close()
+
+
+def test_a_conversation_continues_on_another_hub_sharing_the_redis_store(replicas):
+    a, b = replicas(), replicas()
+    assert a.ask("note the heater is on") and a.ask("hello") == ["hello there"]
+    history = json.loads(b.ask("history")[0])
+    assert history == [["user", "note the heater is on"], ["assistant", a.satellite.heard[0][1]
+                                                           ["utterance"]],
+                       ["user", "hello"], ["assistant", "hello there"]]
+    for sid in [sid for sid in SessionManager.sessions if sid != "default"]:
+        SessionManager.sessions.pop(sid)     # what another process would not have
+    assert b.ask("notes") == ["notes: the heater is on"]   # the Session the hub kept, too
+    assert json.loads(a.ask("history", session_id="hall")[0]) == []   # another session
+
+
+def test_redis_bounds_each_conversation_and_every_key_expires(redis_server):
+    import redis
+    store = open_store(redis_server.url, 3, 256, 60, data_home=lambda: "unused")
+    for i in range(5):
+        store.record("s1", Exchange(f"question {i}", f"answer {i}", ANSWERED))
+    assert [e.user for e in store.history("s1")] == ["question 2", "question 3", "question 4"]
+    store.record("s1", Exchange("q", "x" * 230, ANSWERED))   # bytes: older ones make room
+    assert [e.user for e in store.history("s1")] == ["question 4", "q"]
+    store.keep_session("s1", {"session_id": "s1", "lang": "de-DE"})
+    assert store.kept_session("s1")["lang"] == "de-DE" and store.kept_session("s2") is None
+    raw = redis.Redis.from_url(redis_server.url)
+    raw.rpush("hivemind-chat:history:s1", "not json", json.dumps([1, 2, 3]))
+    assert [e.user for e in store.history("s1")] == ["question 4", "q"]   # junk is skipped
+    assert all(0 < raw.ttl(key) <= 60 for key in raw.keys("hivemind-chat:*")
+               if not key.endswith(b"secret"))
+    other = open_store(redis_server.url, 3, 256, 60, data_home=lambda: "unused")
+    assert store.secret() == other.secret() and len(store.secret()) == 32
+    store.close()
+    other.close()
+
+
+def test_a_redis_outage_fails_turns_with_the_reason_and_the_hub_recovers(redis_server,
+                                                                         replicas):
+    a = replicas()
+    assert a.ask("hello") == ["hello there"]
+    redis_server.stop()
+    [failure] = a.ask("hello")
+    assert failure["reason"] == "store_unavailable"
+    assert f"127.0.0.1:{redis_server.port}" in failure["message"]
+    redis_server.start()                       # same port, empty (no persistence here)
+    assert a.ask("hello") == ["hello there"]
+    assert json.loads(a.ask("history")[0]) == [["user", "hello"], ["assistant", "hello there"]]
+
+
+def test_the_store_is_memory_or_a_redis_url(tmp_path):
+    memory = open_store("memory", 2, 256, 60, data_home=lambda: str(tmp_path))
+    for i in range(3):
+        memory.record("s", Exchange(f"q{i}", "a", ANSWERED))
+    assert [e.user for e in memory.history("s")] == ["q1", "q2"]
+    memory.forget("s")
+    assert memory.history("s") == [] and len(memory.secret()) == 32
+    with pytest.raises(ConfigurationError, match="redis://HOST:PORT/DB"):
+        open_store("mongodb://x", 2, 256, 60, data_home=lambda: str(tmp_path))
+
+
+def test_a_store_error_names_the_store_without_its_password():
+    store = open_store("redis://:hunter2@127.0.0.1:1/0", 2, 256, 60, data_home=lambda: "")
+    with pytest.raises(ConversationStoreError) as failure:
+        store.history("s")
+    assert "hunter2" not in str(failure.value) and "127.0.0.1:1" in str(failure.value)
