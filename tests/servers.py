@@ -62,3 +62,88 @@ class RedisServer:
                 self.process.kill()
                 self.process.wait()
         self.process = None
+
+
+class HAProxy:
+    """haproxy in the foreground on a free loopback port, from config/haproxy.cfg with its
+    frontend and server ports replaced, plus a stats socket the tests read."""
+
+    def __init__(self, directory: str, template: str, backends: "list[int]"):
+        self.directory = directory
+        self.port = free_port()
+        self.socket = os.path.join(directory, "haproxy.sock")
+        lines, servers = [], iter(backends)
+        for line in open(template).read().splitlines():
+            words = line.split()
+            if words[:1] == ["bind"]:
+                line = f"    bind 127.0.0.1:{self.port}"
+            elif words[:1] == ["server"]:
+                line = f"    server {words[1]} 127.0.0.1:{next(servers)}"
+            lines.append(line)
+            if words == ["global"]:
+                lines.append(f"    stats socket {self.socket} mode 600 level admin")
+        os.makedirs(directory, exist_ok=True)
+        self.config = os.path.join(directory, "haproxy.cfg")
+        with open(self.config, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        self.process: Optional[subprocess.Popen] = None
+
+    def start(self) -> "HAProxy":
+        self.process = subprocess.Popen(
+            [need("haproxy"), "-db", "-f", self.config],
+            stdout=open(os.path.join(self.directory, "haproxy.log"), "ab"),
+            stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"haproxy exited ({self.process.returncode}); see "
+                                   f"{self.directory}/haproxy.log")
+            try:
+                socket.create_connection(("127.0.0.1", self.port), 0.5).close()
+                if os.path.exists(self.socket):
+                    return self
+            except OSError:
+                pass
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError("haproxy did not listen within 20 s")
+
+    def command(self, line: str) -> str:
+        with socket.socket(socket.AF_UNIX) as s:
+            s.connect(self.socket)
+            s.sendall(line.encode() + b"\n")
+            chunks = []
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    return b"".join(chunks).decode()
+                chunks.append(chunk)
+
+    def servers(self) -> "dict[str, dict]":
+        """{server name: {"status": "UP"/"DOWN"/..., "sessions": current connections}}."""
+        rows = self.command("show stat").splitlines()
+        header = rows[0].lstrip("# ").split(",")
+        out = {}
+        for row in rows[1:]:
+            cells = dict(zip(header, row.split(",")))
+            if cells.get("svname") not in (None, "FRONTEND", "BACKEND"):
+                out[cells["svname"]] = {"status": cells["status"], "sessions": int(cells["scur"] or 0)}
+        return out
+
+    def wait_until(self, condition, timeout: float = 20.0) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if condition(self.servers()):
+                return True
+            time.sleep(0.1)
+        return False
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None

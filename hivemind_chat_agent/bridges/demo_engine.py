@@ -1,6 +1,8 @@
 """An offline chatbot ChatEngine for `hivemind-chat demo`: the ALICE AIML set of the `aiml`
 package, with one AIML session per session_id, so "my name is Ada" ... "what is my name" works
-within a conversation and not across conversations."""
+within a conversation and not across conversations. A session this engine has not seen starts
+from the conversation's earlier user messages (the hub's history), so a conversation that moves
+to another hub (replicas sharing a Redis store) keeps what the user told it."""
 import glob
 import os
 import sys
@@ -47,12 +49,15 @@ class AIMLChatEngine(ChatEngine):
 
     def continue_chat(self, messages, session_id: str = "default", lang: Optional[str] = None,
                       units: Optional[str] = None, tools=None) -> AgentMessage:
-        text = next((m.content for m in reversed(messages)
-                     if getattr(m, "role", None) == MessageRole.USER), "")
+        said = [m.content for m in messages if getattr(m, "role", None) == MessageRole.USER
+                and isinstance(m.content, str)]
+        text = said[-1] if said else ""
         with self._lock:
             if session_id not in self._sessions:
                 self._sessions.add(session_id)
                 self._kernel.setPredicate("name", "Friend", session_id)
+                for earlier in said[:-1]:      # what it was told on another hub, or before a restart
+                    self._kernel.respond(earlier, session_id)
             answer = self._kernel.respond(text, session_id) if text.strip() else ""
         return AgentMessage(MessageRole.ASSISTANT, answer.strip())
 
