@@ -15,7 +15,7 @@ from hivemind_chat_agent import HiveMindChatAgent  # noqa: E402
 # fixtures that start a real hub, an OVOS stack or a venv: a test that uses one is a `hub` test
 HUB_FIXTURES = {"generation", "hub", "creds", "own_hub", "chat_hub", "sat_a", "sat_b", "hub5",
                 "ovos", "ovos_creds", "stop_hub", "proxy", "served", "persona", "stable_ovos",
-                "current_ovos_hub", "wheel", "redis_server"}
+                "current_ovos_hub", "wheel", "redis_server", "deployment"}
 
 
 def pytest_collection_modifyitems(items):

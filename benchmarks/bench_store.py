@@ -1,0 +1,79 @@
+"""What the hub's history and the Redis conversation store cost a turn: two genuine 5.x hubs
+with hivemind-chat-agent-plugin and the same echo engine, side by side in one run,
+
+  baseline: history_turns 0, the memory store (what the plugin did before it kept history)
+  measured: history_turns 10, conversation_store on a local redis-server
+
+each asked the same turns by its own HiveMindChatAgent in alternating blocks; the ratio of the
+median turn latencies is the figure (target <= 1.1x), in steady state (every session's history
+already full to 10 exchanges).
+
+    python benchmarks/bench_store.py [--sessions 4] [--blocks 6] [--turns 40]
+
+Needs redis-server on PATH (Debian's package).
+"""
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))
+sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+
+from hubs import HubProcess, plugin_config  # noqa: E402
+from servers import RedisServer  # noqa: E402
+
+from hivemind_chat_agent import HiveMindChatAgent  # noqa: E402
+
+
+def turn_times(agent, sessions, turns):
+    times = []
+    for i in range(turns):
+        started = time.perf_counter()
+        answer = agent.get_response("an echo of some typical length for a voice assistant",
+                                    session_id=f"bench-{i % sessions}")
+        times.append(time.perf_counter() - started)
+        assert answer, "no answer"
+    return times
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sessions", type=int, default=4)
+    parser.add_argument("--blocks", type=int, default=6)
+    parser.add_argument("--turns", type=int, default=40)
+    args = parser.parse_args()
+    redis = RedisServer(tempfile.mkdtemp(prefix="bench-redis-")).start()
+    hubs = {"baseline": HubProcess(plugin_config(history_turns=0)),
+            "history+redis": HubProcess(plugin_config(history_turns=10,
+                                                      conversation_store=redis.url))}
+    agents = {}
+    try:
+        for name, hub in hubs.items():
+            hub.start()
+            agents[name] = HiveMindChatAgent(hub.add_client(name=name).agent_config(timeout=30))
+            turn_times(agents[name], args.sessions, args.sessions * 12)   # histories full
+        samples = {name: [] for name in hubs}
+        for block in range(args.blocks):
+            order = list(hubs) if block % 2 == 0 else list(reversed(hubs))
+            for name in order:
+                samples[name] += turn_times(agents[name], args.sessions, args.turns)
+        medians = {name: statistics.median(times) * 1000 for name, times in samples.items()}
+        ratio = medians["history+redis"] / medians["baseline"]
+        for name, median in medians.items():
+            print(f"{name:>14}: median turn {median:.2f} ms over {len(samples[name])} turns")
+        print(f"history_turns 10 + Redis store vs history off + memory store: {ratio:.3f}x "
+              f"(target <= 1.1x): {'PASS' if ratio <= 1.1 else 'FAIL'}")
+    finally:
+        for agent in agents.values():
+            agent.shutdown()
+        for hub in hubs.values():
+            hub.cleanup()
+        redis.stop()
+
+
+if __name__ == "__main__":
+    main()
