@@ -23,6 +23,7 @@ class ScriptEngine(ChatEngine):
         self.memory = {}
         self.lock = threading.Lock()
         self.stops = []                 # (kind, monotonic time) of every stop seen
+        self.asked = []                 # every utterance it was run with, in order
         self.talking = {}               # session -> Event set by stop_session
 
     def stop_session(self, session_id):
@@ -38,6 +39,7 @@ class ScriptEngine(ChatEngine):
 
     def stream_sentences(self, messages, session_id="default", lang=None, units=None):
         text = messages[-1].content
+        self.asked.append(text)
         words = text.split()
         cmd, args = (words[0].lower(), words[1:]) if words else ("", [])
         if cmd == "hello":

@@ -39,9 +39,12 @@ class ReplicaSet:
     `add_replica()` clones the identity (the first replica's Noise key exists after its first
     handshake, so call it after one turn), starts another replica and registers the client."""
 
-    def __init__(self, directory: str, replicas: int = 2, **knobs):
+    def __init__(self, directory: str, replicas: int = 2, hub=None, **knobs):
+        """`hub(store_url)` makes each replica (default: config/server-replica.json with
+        `knobs` in the plugin's config)."""
         self.redis = RedisServer(os.path.join(directory, "redis"))
-        self.hubs: List[HubProcess] = [replica(self.redis.url, **knobs) for _ in range(replicas)]
+        make = hub or (lambda url: replica(url, **knobs))
+        self.hubs: List[HubProcess] = [make(self.redis.url) for _ in range(replicas)]
         self.proxy = HAProxy(os.path.join(directory, "haproxy"),
                              os.path.join(CONFIG, "haproxy.cfg"), [h.port for h in self.hubs])
         self.key = self.password = ""

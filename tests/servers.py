@@ -120,14 +120,17 @@ class HAProxy:
                 chunks.append(chunk)
 
     def servers(self) -> "dict[str, dict]":
-        """{server name: {"status": "UP"/"DOWN"/..., "sessions": current connections}}."""
+        """{server name: {"status": "UP"/"DOWN"/..., "sessions": current connections,
+        "total": connections ever}}."""
         rows = self.command("show stat").splitlines()
         header = rows[0].lstrip("# ").split(",")
         out = {}
         for row in rows[1:]:
             cells = dict(zip(header, row.split(",")))
             if cells.get("svname") not in (None, "FRONTEND", "BACKEND"):
-                out[cells["svname"]] = {"status": cells["status"], "sessions": int(cells["scur"] or 0)}
+                out[cells["svname"]] = {"status": cells["status"],
+                                        "sessions": int(cells["scur"] or 0),
+                                        "total": int(cells["stot"] or 0)}
         return out
 
     def wait_until(self, condition, timeout: float = 20.0) -> bool:

@@ -12,6 +12,7 @@ from ovos_bus_client.session import SessionManager
 
 from engines import ScriptEngine
 from hivemind_chat_agent import ChatAgentProtocol
+from hivemind_chat_agent.core.protocol_names import TURN_TAG_KEY
 from hivemind_chat_agent.core.transcript import ANSWERED, Exchange
 from hivemind_chat_agent.errors import ConfigurationError, ConversationStoreError
 from hivemind_chat_agent.hub.conversation_store import open_store
@@ -42,20 +43,30 @@ class Replica:
             engine=ScriptEngine(), hm_protocol=SimpleNamespace(clients={satellite.peer:
                                                                          satellite}))
 
-    def ask(self, text, session_id="kitchen"):
-        """The sentences (or the failure) answering `text`, once its end arrived."""
+    def send(self, text, session_id="kitchen", turn_id=None):
+        """Hand the plugin an utterance (with our client's turn id, if given)."""
         asyncio.set_event_loop(self.loop)
-        start = len(self.satellite.heard)
+        self._start = len(self.satellite.heard)
+        context = {"source": self.satellite.peer, "session": {"session_id": session_id}}
+        if turn_id is not None:
+            context[TURN_TAG_KEY] = turn_id
         self.protocol.bus.emit(Message("recognizer_loop:utterance", {"utterances": [text]},
-                                       {"source": self.satellite.peer,
-                                        "session": {"session_id": session_id}}))
+                                       context))
+
+    def finish(self):
+        """The sentences (or the failure) answering the last utterance, once its end came."""
+        asyncio.set_event_loop(self.loop)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             self.loop.run_until_complete(asyncio.sleep(0.01))
-            replies = self.satellite.heard[start:]
+            replies = self.satellite.heard[self._start:]
             if replies and replies[-1][0] == "ovos.utterance.handled":
                 return [data.get("utterance") or data for kind, data in replies[:-1]]
-        raise AssertionError(f"no end for {text!r}: {self.satellite.heard[start:]}")
+        raise AssertionError(f"no end: {self.satellite.heard[self._start:]}")
+
+    def ask(self, text, session_id="kitchen", turn_id=None):
+        self.send(text, session_id, turn_id)
+        return self.finish()
 
     def close(self):
         self.protocol.shutdown()
@@ -146,3 +157,58 @@ def test_a_store_error_names_the_store_without_its_password():
     with pytest.raises(ConversationStoreError) as failure:
         store.history("s")
     assert "hunter2" not in str(failure.value) and "127.0.0.1:1" in str(failure.value)
+
+
+def test_a_repeated_turn_id_is_answered_from_its_record_on_another_hub(replicas):
+    """The client resends a turn lost with its connection, same id, wherever it lands: the
+    hub that gets it replays the first run's answer; the engine runs it once."""
+    a, b = replicas(), replicas()
+    assert a.ask("count 2", turn_id="t-1") == ["sentence 1", "sentence 2"]
+    assert b.ask("count 2", turn_id="t-1") == ["sentence 1", "sentence 2"]
+    assert a.protocol.engine.asked == ["count 2"] and b.protocol.engine.asked == []
+    assert json.loads(b.ask("history")[0]) == [["user", "count 2"],
+                                               ["assistant", "sentence 1\nsentence 2"]]
+    assert b.ask("count 1", turn_id="t-2") == ["sentence 1"]     # a new id runs
+    assert a.satellite.heard[-1] == ("ovos.utterance.handled", {"turn_records": True})
+
+
+def test_a_turn_id_still_running_elsewhere_is_waited_for_not_run_again(replicas):
+    a, b = replicas(), replicas()
+    a.send("wait 1", turn_id="t-slow")
+    time.sleep(0.3)                           # a is running it
+    assert b.ask("wait 1", turn_id="t-slow") == ["done waiting"]
+    assert a.finish() == ["done waiting"]
+    assert a.protocol.engine.asked == ["wait 1"] and b.protocol.engine.asked == []
+
+
+def test_a_turn_whose_owner_died_is_taken_over_and_run_again(replicas, redis_server):
+    """A record left 'running' by a replica that is gone (its alive key lapsed)."""
+    import redis
+    from hivemind_chat_agent.hub.conversation_store import RUNNING, TurnRecord, record_to_json
+    b = replicas()
+    b.ask("hello")                             # the engine session id of this satellite
+    [session_key] = [k for k in redis.Redis.from_url(redis_server.url).keys(
+        "hivemind-chat:history:*")]
+    session_id = session_key.decode().split("history:", 1)[1]
+    raw = redis.Redis.from_url(redis_server.url)
+    raw.set(f"hivemind-chat:turn:{session_id}:t-orphan", record_to_json(
+        TurnRecord(RUNNING, "a-replica-that-died")))
+    raw.rpush(f"hivemind-chat:turn:{session_id}:t-orphan:said", "half an answer")
+    assert b.ask("count 2", turn_id="t-orphan") == ["sentence 1", "sentence 2"]
+    assert b.protocol.engine.asked == ["hello", "count 2"]
+
+
+def test_the_memory_store_keeps_turn_records_bounded_and_replays_them(tmp_path):
+    from hivemind_chat_agent.hub.conversation_store import DONE, MemoryStore
+    store = MemoryStore(2, 256, data_home=lambda: str(tmp_path))
+    assert store.claim_turn("s", "t1") is None                 # ours to run
+    store.turn_said("s", "t1", "one")
+    running = store.claim_turn("s", "t1")
+    assert running.state == "running" and running.sentences == ["one"] and running.owner_alive
+    store.turn_ended("s", "t1", "answered")
+    done = store.turn_record("s", "t1")
+    assert done.state == DONE and done.sentences == ["one"] and done.ended == "answered"
+    assert not store.take_over("s", "t1")
+    for i in range(MemoryStore.MAX_TURN_RECORDS + 5):
+        store.claim_turn("s", f"many-{i}")
+    assert store.turn_record("s", "t1") is None                # the oldest went first

@@ -12,6 +12,7 @@ from ovos_bus_client.message import Message
 from ovos_bus_client.session import Session
 
 from hivemind_chat_agent import HiveMindChatAgent
+from hivemind_chat_agent.errors import HiveMindChatError
 from replicas import ReplicaSet
 from test_hub_protocol import satellite_identity
 
@@ -90,3 +91,65 @@ def test_a_stock_satellite_reconnects_through_haproxy_and_continues(deployment):
         assert deployment.holder() is second
     finally:
         satellite.client.close()
+
+
+def slow_turn_killed_after_its_first_sentence(deployment):
+    """Ask for three sentences a second apart through haproxy, kill -9 the replica answering
+    after the first arrives; what the caller got, and the turn."""
+    agent = HiveMindChatAgent(deployment.agent_config(timeout=20))
+    try:
+        assert agent.get_response("hello", session_id="kitchen")   # the hub's records said
+        deployment.add_replica()
+        deployment.before_turn = deployment.proxy.servers()
+        holder = deployment.holder()
+        turn = agent.begin([{"role": "user", "content": "slow 3 1"}], session_id="kitchen")
+        heard = []
+        try:
+            for sentence in turn:
+                heard.append(sentence)
+                if len(heard) == 1:
+                    holder.kill()
+        except HiveMindChatError:    # a lost turn raises at its end; its status says so
+            pass
+        return heard, turn, agent.hub_keeps_turns
+    finally:
+        agent.shutdown()
+
+
+@pytest.fixture
+def script_replicas(tmp_path):
+    replicas = ReplicaSet(str(tmp_path), engine="engines:ScriptEngine").start()
+    yield replicas
+    replicas.stop()
+
+
+def test_a_turn_in_flight_survives_its_replicas_death_and_no_sentence_comes_twice(
+        script_replicas):
+    """The client resends the lost turn by its id; the other replica waits for the dead
+    one's 'alive' key to lapse, takes the turn over and runs it; the caller gets each
+    sentence once."""
+    heard, turn, keeps = slow_turn_killed_after_its_first_sentence(script_replicas)
+    assert keeps
+    assert heard == ["slow sentence 1", "slow sentence 2", "slow sentence 3"]
+    assert turn.status.value == "answered"
+
+
+@pytest.fixture
+def pipeline_replicas(tmp_path):
+    """Hubs answering as OVOS does (tests/pipeline_agent.py), which keep no turn records."""
+    from hubs import HubProcess
+    replicas = ReplicaSet(str(tmp_path), hub=lambda url: HubProcess(generation="5")).start()
+    yield replicas
+    replicas.stop()
+
+
+def test_a_turn_lost_on_a_hub_without_turn_records_is_never_sent_again(pipeline_replicas):
+    """An OVOS hub's skill may have acted already ("turn on the heater"): the loss is
+    reported, and no connection to the other replica is even opened for it."""
+    from hivemind_chat_agent.errors import ConnectionLostError
+    heard, turn, keeps = slow_turn_killed_after_its_first_sentence(pipeline_replicas)
+    assert not keeps and heard == ["slow sentence 1"]
+    assert turn.status.value == "lost" and isinstance(turn.get_exception(), ConnectionLostError)
+    time.sleep(1)         # a resend would connect at once
+    assert pipeline_replicas.proxy.servers()["hub2"]["total"] == \
+        pipeline_replicas.before_turn["hub2"]["total"]

@@ -51,7 +51,10 @@ class HiveMindChatAgent(ChatEngine):
         self.topic = UtteranceTopic(cfg.utterance_topic)   # learnt once per hub, for all
         self.pool = ConnectionPool(cfg, factory=lambda config, session: HubConnection(
             config, session, self.sessions, self.subscribers.deliver, topic=self.topic,
-            on_speaker=self._heard_speaker))
+            on_speaker=self._heard_speaker, on_turn_records=self._heard_turn_records))
+        # the hub answers a repeated turn id from its record (our plugin): a turn whose
+        # connection is lost before its end is sent once more, on a new connection
+        self.hub_keeps_turns = False
         self._locks: "weakref.WeakValueDictionary[str, _SessionLock]" = \
             weakref.WeakValueDictionary()
         self._locks_guard = threading.Lock()
@@ -265,6 +268,9 @@ class HiveMindChatAgent(ChatEngine):
         if speaker == CHAT_PLUGIN_NAME and self.pool.gate.stagger:
             LOG.debug("the hub answers through hivemind-chat-agent-plugin: turns need no spacing")
             self.pool.gate.relax()
+
+    def _heard_turn_records(self) -> None:
+        self.hub_keeps_turns = True
 
     @property
     def closed(self) -> bool:

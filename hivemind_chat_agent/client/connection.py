@@ -55,6 +55,7 @@ class HubConnection:
                  clock: Clock = background.SYSTEM_CLOCK,
                  topic: Optional[UtteranceTopic] = None,
                  on_speaker: Callable[[str], None] = lambda speaker: None,
+                 on_turn_records: Callable[[], None] = lambda: None,
                  transport: Callable[..., Any] = open_transport):
         """`transport(owner, config, useragent, session_id)` makes the socket layer (tests
         pass one that records what would be sent)."""
@@ -64,6 +65,7 @@ class HubConnection:
         self._on_aside = on_aside   # a sentence spoken outside any turn (socket thread)
         self._on_speaker = on_speaker   # what answers on this hub, told once (socket thread)
         self._speaker_told = False
+        self._on_turn_records = on_turn_records   # the hub keeps turn records (socket thread)
         # hivemind-core files connections under "useragent::client::name::session": two with
         # the same name and session (two processes, or a reconnect racing the old close) would
         # overwrite each other's entry, so every connection gets a name of its own.
@@ -307,6 +309,8 @@ class HubConnection:
             return
         if routing.ignored:
             LOG.debug(f"ignoring reply: {routing.ignored}")
+        if reply.turn_records:
+            self._on_turn_records()
         if reply.kind is ReplyKind.SPEAK and reply.speaker and not self._speaker_told:
             self._speaker_told = True
             self._on_speaker(reply.speaker)

@@ -9,7 +9,7 @@ turn nobody reads still ends, at the latest at its timeout, and frees its sessio
 import threading
 import uuid
 from contextlib import ExitStack
-from typing import Callable, Iterator, Optional, Protocol, Set
+from typing import Callable, Iterator, Optional, Protocol, Set, Tuple
 
 from ovos_bus_client.session import Session
 from ovos_utils.log import LOG
@@ -24,7 +24,7 @@ from hivemind_chat_agent.client.pool import ConnectionPool
 from hivemind_chat_agent.client.session_book import SessionBook
 from hivemind_chat_agent.core.clock import Clock
 from hivemind_chat_agent.core.outcomes import Outcome, TurnStatus, judge
-from hivemind_chat_agent.core.turns import Ended, Event, Sentence
+from hivemind_chat_agent.core.turns import EndReason, Ended, Event, Sentence
 from hivemind_chat_agent.errors import HiveMindChatError
 
 
@@ -33,6 +33,7 @@ class TurnHost(Protocol):
     pool: ConnectionPool
     sessions: SessionBook
     settings: ClientConfig
+    hub_keeps_turns: bool
 
     @property
     def closed(self) -> bool:
@@ -55,6 +56,12 @@ class TurnDriver:
         self._terminated = False
         self.on_release: Callable[[], None] = lambda: None
         self.turn: Optional[ChatTurn] = None     # set before send(): terminate() may come
+        # what a retry sends again: the turn id (our tag) names the turn on the hub
+        self._resend: Optional[Tuple[Session, str, str]] = None
+        self._retried = False
+        self._delivered = 0     # sentences the caller has; a retry's first ones are skipped
+        self._skip = 0
+        self._last_end: Optional[Ended] = None
 
     def send(self, session: Session, utterance: str) -> None:
         """Lease a connection and send the utterance; on failure everything is given back
@@ -63,7 +70,8 @@ class TurnDriver:
         try:
             self.conn = agent.pool.acquire(session)      # leased: eviction leaves it alone
             self._gate.enter_context(agent.pool.gate.turn())
-            self.handle = self.conn.start_turn(session, utterance, uuid.uuid4().hex,
+            self._resend = (session, utterance, uuid.uuid4().hex)
+            self.handle = self.conn.start_turn(session, utterance, self._resend[2],
                                                agent.settings.timeout)
         except BaseException:
             self.release(None)
@@ -73,11 +81,9 @@ class TurnDriver:
         turn = self.turn
         outcome: Optional[Outcome] = None
         try:
-            for event in self._events():
-                if isinstance(event, Sentence):
-                    turn._add_sentence(event.text)
-                else:
-                    outcome = self._judge(event)
+            outcome = self._drive(turn)
+            if self._may_retry(outcome) and self._retry():
+                outcome = self._drive(turn)
         except Exception as e:   # ours, never the hub's: still end the turn and free it
             LOG.exception("a turn's driver failed")
             error = e if isinstance(e, HiveMindChatError) else HiveMindChatError(
@@ -92,6 +98,55 @@ class TurnDriver:
                 "the turn ended without an outcome"), in_step=False)
             self.release(outcome)
             turn._end(outcome)
+
+    def _drive(self, turn: ChatTurn) -> Optional[Outcome]:
+        """The current attempt's events into the ChatTurn, until its end."""
+        outcome = None
+        for event in self._events():
+            if isinstance(event, Sentence):
+                if self._skip:       # the caller has it from the attempt before
+                    self._skip -= 1
+                    continue
+                self._delivered += 1
+                turn._add_sentence(event.text)
+            else:
+                self._last_end = event
+                outcome = self._judge(event)
+        return outcome
+
+    def _may_retry(self, outcome: Optional[Outcome]) -> bool:
+        """Once, for a turn whose connection was lost before its end, on a hub that keeps
+        turn records (it answers the repeated id from its record, or waits for the replica
+        running it, so the turn never runs twice); never on an OVOS hub, whose skills may
+        have acted already."""
+        end = self._last_end
+        return (outcome is not None and outcome.status is TurnStatus.LOST and outcome.lost
+                and end is not None and end.kind is EndReason.NONE and not self._retried
+                and not self._terminated and not self.agent.closed
+                and self.agent.hub_keeps_turns and self._resend is not None)
+
+    def _retry(self) -> bool:
+        """Send the turn again, same id, on a new connection; False (the loss stands) when no
+        connection can be had."""
+        agent, old, handle = self.agent, self.conn, self.handle
+        self._retried = True
+        old.finish_turn(handle)
+        agent.pool.release(old)
+        agent.pool.discard(self.session_id)
+        self.conn = self.handle = None
+        session, utterance, tag = self._resend
+        try:
+            self.conn = agent.pool.acquire(session)
+            self.handle = self.conn.start_turn(session, utterance, tag, agent.settings.timeout)
+        except HiveMindChatError as e:
+            LOG.warning(f"a lost turn could not be sent again: {e}")
+            if self.conn is not None:
+                agent.pool.release(self.conn)
+                self.conn = None
+            return False
+        LOG.info("the connection was lost mid-turn; the turn was sent again by its id")
+        self._skip = self._delivered
+        return True
 
     def adopt(self, thread: Optional[threading.Thread] = None) -> None:
         """Make `thread` (this one by default) the turn's driver: the ChatTurn then knows

@@ -40,6 +40,9 @@ class Reply:
     reason: str = ""                        # UNMATCHED: why, when the hub says (busy, ...)
     detail: str = ""                        # UNMATCHED: the hub's words for it
     speaker: str = ""                       # SPEAK: what spoke it (data.meta.skill)
+    # HANDLED: the hub keeps a record of each turn id and answers a repeated id from it (our
+    # plugin says so in data.turn_records); only then may a lost turn be sent again
+    turn_records: bool = False
 
 
 def parse_reply(msg_type: Any, data: Any, context: Any) -> Tuple[Optional[Reply], str]:
@@ -76,7 +79,8 @@ def parse_reply(msg_type: Any, data: Any, context: Any) -> Tuple[Optional[Reply]
                      data.get("expect_response") is True,
                      speaker=speaker[:100] if isinstance(speaker, str) else ""), ""
     if msg_type in HANDLED_TYPES:
-        kind = ReplyKind.HANDLED
+        return Reply(ReplyKind.HANDLED, msg_type, session_id, session, tag,
+                     turn_records=data.get("turn_records") is True), ""
     elif msg_type in UNMATCHED_TYPES:
         reason, detail = data.get("reason"), data.get("message")
         return Reply(ReplyKind.UNMATCHED, msg_type, session_id, session, tag,
@@ -98,3 +102,14 @@ def parse_reply(msg_type: Any, data: Any, context: Any) -> Tuple[Optional[Reply]
     else:
         kind = ReplyKind.OTHER
     return Reply(kind, msg_type, session_id, session, tag), ""
+
+
+def first_utterance(data: Any) -> Optional[str]:
+    """The text of an utterance message's data (`utterances[0]`, or `utterance`), if any."""
+    if not isinstance(data, dict):
+        return None
+    utterances = data.get("utterances")
+    if isinstance(utterances, list) and utterances and isinstance(utterances[0], str):
+        return utterances[0]
+    utterance = data.get("utterance")
+    return utterance if isinstance(utterance, str) else None

@@ -19,7 +19,10 @@ thread-safe.
 """
 import json
 import threading
-from typing import Any, Callable, Dict, List, Optional, Protocol
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Dict, List, Optional, Protocol, Tuple
 from urllib.parse import urlsplit
 
 from ovos_bus_client.session import SessionManager
@@ -30,6 +33,20 @@ from hivemind_chat_agent.hub.secret import hub_secret
 
 KEY_PREFIX = "hivemind-chat:"
 REDIS_TIMEOUT = 2.0    # seconds: a Redis that does not answer fails the turn, never hangs it
+TURN_RECORD_TTL = 600.0   # a turn's record answers a repeated id for this long after its end
+RUNNING, DONE = "running", "done"
+
+
+@dataclass
+class TurnRecord:
+    """What a hub sharing the store knows of one turn id of one conversation: being run
+    (by `owner`, which is alive or not) or done, with the sentences the satellite was sent and
+    how it ended (ANSWERED, STOPPED, or an EndReason value)."""
+    state: str
+    owner: str = ""
+    sentences: List[str] = field(default_factory=list)
+    ended: str = ""
+    owner_alive: bool = True
 
 
 class ConversationStore(Protocol):
@@ -51,6 +68,23 @@ class ConversationStore(Protocol):
     def secret(self) -> bytes:
         """The hub secret engine session ids are keyed with, the same for every hub sharing
         the store."""
+
+    def claim_turn(self, session_id: str, turn_id: str) -> Optional[TurnRecord]:
+        """None: no record of this turn id yet; one is started, owned by this hub, which runs
+        the turn. Otherwise the record there is (another attempt of the same turn)."""
+
+    def take_over(self, session_id: str, turn_id: str) -> bool:
+        """The record's owner is gone: make it this hub's, emptied, to run the turn again;
+        False if another hub got there first or the record changed."""
+
+    def turn_said(self, session_id: str, turn_id: str, sentence: str) -> None:
+        """The owner sent a sentence of the turn."""
+
+    def turn_ended(self, session_id: str, turn_id: str, ended: str) -> None:
+        """The owner ended the turn: the record answers repeats of the id from now on."""
+
+    def turn_record(self, session_id: str, turn_id: str) -> Optional[TurnRecord]:
+        """The record as it stands, if any."""
 
     def close(self) -> None:
         """Release connections; the store is not used again."""
@@ -75,11 +109,15 @@ def open_store(url: str, history_turns: int, history_bytes: int, session_ttl: fl
 class MemoryStore:
     """One hub's memory: a transcript dict under a lock, OVOS's SessionManager, a secret file."""
 
+    MAX_TURN_RECORDS = 4096
+
     def __init__(self, history_turns: int, history_bytes: int, data_home: Callable[[], str]):
         self.transcripts = Transcripts(history_turns, history_bytes)
         self._lock = threading.Lock()
         self._data_home = data_home
         self._secret: Optional[bytes] = None
+        # (session, turn id) -> (record, when it ended); this process is the only owner
+        self._turns: "OrderedDict[Tuple[str, str], Tuple[TurnRecord, float]]" = OrderedDict()
 
     def history(self, session_id: str) -> List[Exchange]:
         with self._lock:
@@ -108,9 +146,63 @@ class MemoryStore:
     def close(self) -> None:
         pass
 
+    def claim_turn(self, session_id: str, turn_id: str) -> Optional[TurnRecord]:
+        with self._lock:
+            self._expire_turns()
+            held = self._turns.get((session_id, turn_id))
+            if held is not None:
+                return replace(held[0], sentences=list(held[0].sentences))
+            self._turns[(session_id, turn_id)] = (TurnRecord(RUNNING), float("inf"))
+            while len(self._turns) > self.MAX_TURN_RECORDS:
+                self._turns.popitem(last=False)
+        return None
+
+    def take_over(self, session_id: str, turn_id: str) -> bool:
+        return False     # the owner is this process, alive as long as the store is
+
+    def turn_said(self, session_id: str, turn_id: str, sentence: str) -> None:
+        with self._lock:
+            held = self._turns.get((session_id, turn_id))
+            if held is not None:
+                held[0].sentences.append(sentence)
+
+    def turn_ended(self, session_id: str, turn_id: str, ended: str) -> None:
+        with self._lock:
+            held = self._turns.get((session_id, turn_id))
+            if held is not None:
+                held[0].state, held[0].ended = DONE, ended
+                self._turns[(session_id, turn_id)] = (held[0], time.monotonic())
+
+    def turn_record(self, session_id: str, turn_id: str) -> Optional[TurnRecord]:
+        with self._lock:
+            held = self._turns.get((session_id, turn_id))
+            return replace(held[0], sentences=list(held[0].sentences)) if held else None
+
+    def _expire_turns(self) -> None:
+        cutoff = time.monotonic() - TURN_RECORD_TTL
+        for key in [k for k, (_, ended) in self._turns.items() if ended < cutoff]:
+            del self._turns[key]
+
     def __len__(self) -> int:
         with self._lock:
             return len(self.transcripts)
+
+
+def record_to_json(record: TurnRecord) -> str:
+    return json.dumps({"state": record.state, "owner": record.owner,
+                       "sentences": record.sentences, "ended": record.ended})
+
+
+def record_from_json(raw: Any) -> Optional[TurnRecord]:
+    """A turn record as stored, or None for an entry that is not one."""
+    try:
+        data = json.loads(raw)
+        record = TurnRecord(str(data["state"]), str(data.get("owner", "")),
+                            [s for s in data.get("sentences", []) if isinstance(s, str)],
+                            str(data.get("ended", "")))
+    except (TypeError, ValueError, KeyError, AttributeError):
+        return None
+    return record if record.state in (RUNNING, DONE) else None
 
 
 def exchange_to_json(exchange: Exchange) -> str:

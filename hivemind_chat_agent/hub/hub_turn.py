@@ -32,6 +32,9 @@ class TurnHost(Protocol):
     def record_exchange(self, turn: "HubTurn", ended: str) -> None:
         """The turn ended (`ended`: answered, stopped or a failure reason): keep it."""
 
+    def note_sentence(self, turn: "HubTurn", sentence: str) -> None:
+        """The turn sent `sentence` (for the turn's record)."""
+
 
 class HubTurn:
     """One satellite utterance on its way through the engine. Thread-safe `finish` guarantees
@@ -56,6 +59,9 @@ class HubTurn:
         self.job = None   # its place in the executor's queue
         self.timer = None   # cancels its rolling timeout (the protocol clock's timer)
         self._stopping = False
+        self.turn_id = ""          # the client's id for this turn (its tag), if it sent one
+        self.owns_record = False   # this hub runs it and keeps its record (hub/turn_records)
+        self.replayed = False      # answered from the record of an earlier run
 
     def reply(self, msg_type: str, data: Dict[str, Any]) -> Message:
         ctx = dict(self.message.context)
@@ -84,9 +90,12 @@ class HubTurn:
             answer = iter(engine.stream_sentences(
                 messages, session_id=self.session_id, lang=sess.lang, units=sess.system_unit))
             for sentence in answer:
-                if self.finished or (isinstance(sentence, str) and sentence.strip() and
-                                     not self.speak(sentence)):
+                if self.finished:
                     return   # stopped or timed out: the satellite already has its end
+                if isinstance(sentence, str) and sentence.strip():
+                    if not self.speak(sentence):
+                        return
+                    self.protocol.note_sentence(self, sentence)
         except Exception as e:
             self.finish(failed=True, why=f"engine raised {type(e).__name__}",
                         reason=EndReason.ENGINE_ERROR)
@@ -117,7 +126,9 @@ class HubTurn:
             if failed:
                 self.protocol.deliver(self, self.reply(UNMATCHED_TYPE, {
                     "reason": (reason or EndReason.NOT_UNDERSTOOD).value, "message": why}))
-            self.protocol.deliver(self, self.reply(HANDLED_TYPE, {}))
+            # turn_records: this hub answers a repeated turn id from its record (our client
+            # resends a turn lost with its connection only to hubs that say so)
+            self.protocol.deliver(self, self.reply(HANDLED_TYPE, {"turn_records": True}))
             self.protocol.record_exchange(self, (reason or EndReason.NOT_UNDERSTOOD).value
                                           if failed else ended)
         ended = STOPPED if self._stopping else ANSWERED

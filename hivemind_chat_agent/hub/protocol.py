@@ -30,6 +30,7 @@ from hivemind_chat_agent.core.conversation import conversation_for_turn
 from hivemind_chat_agent.core.transcript import Exchange, engine_messages
 from hivemind_chat_agent.core.protocol_names import STOP_TYPES, UTTERANCE_TYPES
 from hivemind_chat_agent.core.turns import EndReason
+from hivemind_chat_agent.core.replies import first_utterance
 from hivemind_chat_agent.core.satellites import SatelliteSessions, engine_session_id
 from hivemind_chat_agent.compat import register_session as register
 from hivemind_chat_agent.hub.agent_bus import AgentBus
@@ -38,6 +39,7 @@ from hivemind_chat_agent.hub.connections import (connection_client, connection_c
                                                  connection_token, mark_closed)
 from hivemind_chat_agent.hub.conversation_store import open_store
 from hivemind_chat_agent.hub.hub_turn import HubTurn, OpenTurns
+from hivemind_chat_agent.hub.turn_records import note_end, note_sentence, run_here, turn_id_of
 from hivemind_chat_agent.hub.links import install_links, link_for
 from hivemind_chat_agent.hub.loop_clock import IOLoopClock
 from hivemind_chat_agent.errors import ConversationStoreError, ReplyNotSent
@@ -137,7 +139,7 @@ class ChatAgentProtocol(AgentProtocol):
         if satellite is None:
             return
         client, peer, sat_session, session_id = satellite
-        utterance = _first_utterance(message.data)
+        utterance = first_utterance(message.data)
         loop = IOLoop.current()
         with self._satellites_lock:
             evicted = self.satellites.touch(session_id, connection_token(client), peer,
@@ -148,6 +150,7 @@ class ChatAgentProtocol(AgentProtocol):
             self.clock.call_later(self._sweep_interval, self._sweep)
         turn = HubTurn(self, message, client, peer, loop, utterance or "", sat_session,
                        session_id)
+        turn.turn_id = turn_id_of(message.context)
         if not (utterance or "").strip():   # still a turn: it gets its end, never silence
             turn.finish(failed=True, why="the utterance has no text", reason=EndReason.NO_TEXT)
             return
@@ -286,6 +289,8 @@ class ChatAgentProtocol(AgentProtocol):
             return
         turn.deadline = self.clock.now() + self.settings.timeout
         try:
+            if not run_here(self.store, turn, self.clock.sleep):
+                return     # answered from the turn's record (hub/turn_records.py)
             kept = self.store.kept_session(turn.session_id)
             messages = self.conversation(turn.session_id, turn.utterance)
         except ConversationStoreError as e:
@@ -317,8 +322,15 @@ class ChatAgentProtocol(AgentProtocol):
         return [AgentMessage(role=_ROLES[role], content=text) for role, text in pairs]
 
     def record_exchange(self, turn: HubTurn, ended: str) -> None:
-        """A turn ended: keep it in its session's transcript."""
+        """A turn ended: keep it in its session's transcript and its record (a replayed one
+        is in both already)."""
+        if turn.replayed:
+            return
+        note_end(self.store, turn, ended)
         self.record(turn.session_id, turn.utterance, turn.sentences, ended)
+
+    def note_sentence(self, turn: HubTurn, sentence: str) -> None:
+        note_sentence(self.store, turn, sentence)
 
     def record(self, session_id: str, utterance: str, sentences: List[str], ended: str) -> None:
         """Keep an exchange in the session's transcript, unless the session is gone (a turn
@@ -382,12 +394,3 @@ class ChatAgentProtocol(AgentProtocol):
         if callable(stop):
             stop()
 
-
-def _first_utterance(data: Any) -> Optional[str]:
-    if not isinstance(data, dict):
-        return None
-    utterances = data.get("utterances")
-    if isinstance(utterances, list) and utterances and isinstance(utterances[0], str):
-        return utterances[0]
-    utterance = data.get("utterance")
-    return utterance if isinstance(utterance, str) else None

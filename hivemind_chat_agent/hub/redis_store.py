@@ -5,11 +5,16 @@ Keys, under `hivemind-chat:` in the URL's database:
     history:<engine session id>   a list of JSON [user, assistant, ended], oldest first
     session:<engine session id>   the hub-kept OVOS Session, JSON
     secret                        the hub secret, hex, set once by whichever hub comes first
+    turn:<session>:<turn id>      a turn's record: JSON {state, owner, ended}
+    turn:<session>:<turn id>:said the sentences its owner sent, in order
+    alive:<hub id>                present while that hub runs (renewed every second, 3 s TTL)
 Engine session ids are keyed digests (core/satellites.py): no access key or utterance is in a
 key name. Every write renews its conversation's keys for `session_ttl`.
 """
 import json
 import secrets
+import threading
+import uuid
 from typing import Any, Dict, List, Optional
 from urllib.parse import urlsplit, urlunsplit
 
@@ -17,8 +22,12 @@ import redis
 
 from hivemind_chat_agent.core.transcript import Exchange, clip
 from hivemind_chat_agent.errors import ConversationStoreError
-from hivemind_chat_agent.hub.conversation_store import (KEY_PREFIX, REDIS_TIMEOUT, bounded,
-                                                        exchange_from_json, exchange_to_json)
+from hivemind_chat_agent.hub.conversation_store import (
+    DONE, KEY_PREFIX, REDIS_TIMEOUT, RUNNING, TURN_RECORD_TTL, TurnRecord, bounded,
+    exchange_from_json, exchange_to_json, record_from_json, record_to_json)
+
+HEARTBEAT = 1.0        # seconds between this hub's "alive" renewals
+ALIVE_FOR = 3          # seconds an "alive" key outlives its last renewal
 
 
 class RedisStore:
@@ -31,6 +40,10 @@ class RedisStore:
         self.history_bytes = history_bytes
         self._ttl = max(1, int(session_ttl))
         self._secret: Optional[bytes] = None
+        self.owner = uuid.uuid4().hex          # this hub, as the owner of the turns it runs
+        self._closed = threading.Event()
+        self._heartbeat: Optional[threading.Thread] = None
+        self._heartbeat_lock = threading.Lock()
 
     def history(self, session_id: str) -> List[Exchange]:
         if self.history_turns == 0:
@@ -84,16 +97,105 @@ class RedisStore:
         return self._secret
 
     def close(self) -> None:
+        self._closed.set()
+        try:
+            self._redis.delete(_alive(self.owner))   # its turns are free to take over at once
+        except redis.RedisError:
+            pass
         self._redis.close()
+
+    # ---- turn records ----
+    def claim_turn(self, session_id: str, turn_id: str) -> Optional[TurnRecord]:
+        self._beat()
+        key = _turn(session_id, turn_id)
+        mine = record_to_json(TurnRecord(RUNNING, self.owner))
+        if self._call(self._redis.set, key, mine, nx=True, ex=int(TURN_RECORD_TTL)):
+            return None
+        return self.turn_record(session_id, turn_id)
+
+    def take_over(self, session_id: str, turn_id: str) -> bool:
+        key = _turn(session_id, turn_id)
+        try:
+            with self._redis.pipeline() as pipe:
+                pipe.watch(key)
+                record = record_from_json(pipe.get(key))
+                if record is None or record.state != RUNNING or pipe.exists(_alive(record.owner)):
+                    return False
+                pipe.multi()
+                pipe.set(key, record_to_json(TurnRecord(RUNNING, self.owner)),
+                         ex=int(TURN_RECORD_TTL))
+                pipe.delete(key + ":said")
+                pipe.execute()
+                return True
+        except redis.WatchError:
+            return False
+        except redis.RedisError as e:
+            raise self._error(e) from None
+
+    def turn_said(self, session_id: str, turn_id: str, sentence: str) -> None:
+        key = _turn(session_id, turn_id) + ":said"
+        with self._redis.pipeline() as pipe:
+            pipe.rpush(key, sentence)
+            pipe.expire(key, int(TURN_RECORD_TTL))
+            self._call(pipe.execute)
+
+    def turn_ended(self, session_id: str, turn_id: str, ended: str) -> None:
+        record = TurnRecord(DONE, self.owner, ended=ended)
+        self._call(self._redis.set, _turn(session_id, turn_id), record_to_json(record),
+                   ex=int(TURN_RECORD_TTL))
+
+    def turn_record(self, session_id: str, turn_id: str) -> Optional[TurnRecord]:
+        key = _turn(session_id, turn_id)
+        with self._redis.pipeline(transaction=False) as pipe:
+            pipe.get(key)
+            pipe.lrange(key + ":said", 0, -1)
+            raw, said = self._call(pipe.execute)
+        record = record_from_json(raw)
+        if record is None:
+            return None
+        record.sentences = [s for s in said if isinstance(s, str)]
+        if record.state == RUNNING and record.owner != self.owner:
+            record.owner_alive = bool(self._call(self._redis.exists, _alive(record.owner)))
+        return record
+
+    def _beat(self) -> None:
+        """Keep `alive:<owner>` while this hub runs: a replica whose key lapsed is dead, and
+        its running turns may be taken over."""
+        if self._heartbeat is not None:
+            return
+        with self._heartbeat_lock:
+            if self._heartbeat is None:
+                self._call(self._redis.set, _alive(self.owner), "1", ex=ALIVE_FOR)
+                self._heartbeat = threading.Thread(target=self._keep_alive, daemon=True,
+                                                   name="hivemind-chat-store-heartbeat")
+                self._heartbeat.start()
+
+    def _keep_alive(self) -> None:
+        while not self._closed.wait(HEARTBEAT):
+            try:
+                self._redis.set(_alive(self.owner), "1", ex=ALIVE_FOR)
+            except redis.RedisError:
+                pass     # Redis is down: turns fail anyway; renewed when it is back
 
     def _call(self, method, *args, **kwargs) -> Any:
         try:
             return method(*args, **kwargs)
         except redis.RedisError as e:
-            raise ConversationStoreError(
-                f"the conversation store at {self._where} failed ({type(e).__name__}: "
-                f"{str(e)[:200]}); turns fail until it answers again, then the hub "
-                "continues by itself") from None
+            raise self._error(e) from None
+
+    def _error(self, e: Exception) -> ConversationStoreError:
+        return ConversationStoreError(
+            f"the conversation store at {self._where} failed ({type(e).__name__}: "
+            f"{str(e)[:200]}); turns fail until it answers again, then the hub continues "
+            "by itself")
+
+
+def _turn(session_id: str, turn_id: str) -> str:
+    return f"{KEY_PREFIX}turn:{session_id}:{turn_id}"
+
+
+def _alive(owner: str) -> str:
+    return f"{KEY_PREFIX}alive:{owner}"
 
 
 def _history(session_id: str) -> str:

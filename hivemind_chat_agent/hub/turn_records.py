@@ -1,0 +1,84 @@
+"""Exactly once across replicas: a turn id that reaches the hub again (our client resends a
+turn whose connection was lost before its end, to whichever replica it reaches now) is answered
+from the turn's record in the conversation store, never run a second time while its first run
+can still finish.
+
+    no record           this hub claims it and runs the turn, noting each sentence and the end
+    done                the sentences and end are sent again; the engine does not run
+    running, owner up   wait for it to end (the turn's own rolling timeout bounds the wait)
+    running, owner dead take it over and run the turn again from the start (what the dead
+                        replica said is dropped; the client skips the sentences it already has)
+
+Our client sends a turn id (its turn tag) with every utterance; utterances without one
+(stock satellites) keep no record.
+"""
+from typing import Any
+
+from ovos_utils.log import LOG
+
+from hivemind_chat_agent.core.protocol_names import TURN_TAG_KEY
+from hivemind_chat_agent.core.transcript import ANSWERED, STOPPED
+from hivemind_chat_agent.core.turns import EndReason
+from hivemind_chat_agent.errors import ConversationStoreError
+from hivemind_chat_agent.hub.conversation_store import DONE, ConversationStore, TurnRecord
+from hivemind_chat_agent.hub.hub_turn import HubTurn
+
+POLL = 0.1       # seconds between looks at a record another replica is running
+MAX_TURN_ID = 64
+
+
+def turn_id_of(context: Any) -> str:
+    """The turn id an utterance carries ("" for none, or one that is not a short string)."""
+    tag = context.get(TURN_TAG_KEY) if isinstance(context, dict) else None
+    return tag if isinstance(tag, str) and 0 < len(tag) <= MAX_TURN_ID else ""
+
+
+def run_here(store: ConversationStore, turn: HubTurn, sleep) -> bool:
+    """Worker thread: True if this hub is to run the turn (it owns its record, or the turn has
+    no id); False if it was answered from the record or ended while waiting. Raises
+    ConversationStoreError when the store is down."""
+    if not turn.turn_id:
+        return True
+    record = store.claim_turn(turn.session_id, turn.turn_id)
+    while record is not None:
+        if record.state == DONE:
+            replay(turn, record)
+            return False
+        if not record.owner_alive and store.take_over(turn.session_id, turn.turn_id):
+            LOG.info("a turn whose replica died mid-answer is run again here")
+            break
+        if turn.finished:      # its rolling timeout passed while the other run went on
+            return False
+        sleep(POLL)
+        record = store.turn_record(turn.session_id, turn.turn_id) or \
+            store.claim_turn(turn.session_id, turn.turn_id)
+    turn.owns_record = True
+    return True
+
+
+def replay(turn: HubTurn, record: TurnRecord) -> None:
+    """The turn's first run ended: the satellite gets what it said and how it ended."""
+    turn.replayed = True
+    for sentence in record.sentences:
+        turn.speak(sentence)
+    if record.ended in (ANSWERED, STOPPED):
+        turn.finish(failed=False)
+    else:
+        turn.finish(failed=True, why=f"the turn's first run ended: {record.ended}",
+                    reason=EndReason.read(record.ended))
+
+
+def note_sentence(store: ConversationStore, turn: HubTurn, sentence: str) -> None:
+    if turn.owns_record:
+        try:
+            store.turn_said(turn.session_id, turn.turn_id, sentence)
+        except ConversationStoreError as e:   # said already; a replay would miss it
+            LOG.warning(f"a sentence was not noted in the turn's record: {e}")
+
+
+def note_end(store: ConversationStore, turn: HubTurn, ended: str) -> None:
+    if turn.owns_record:
+        try:
+            store.turn_ended(turn.session_id, turn.turn_id, ended)
+        except ConversationStoreError as e:
+            LOG.warning(f"a turn's end was not noted in its record: {e}")
