@@ -320,3 +320,39 @@ def test_a_sharing_hub_has_no_spares_and_warm_up_opens_the_shared_connection():
         assert pool.acquire(Session("x")) is FakeConnection.opened[0]
     finally:
         pool.close_all()
+
+
+def test_a_host_list_is_tried_in_order_and_the_hub_that_answered_is_tried_first():
+    from hivemind_chat_agent.errors import HubUnreachableError, WrongPasswordError
+    down, tried = {"hub-a"}, []
+
+    class ListedConnection(FakeConnection):
+        def __init__(self, config, session):
+            super().__init__(config, session)
+            self.where = (config.host, config.port)
+
+        def connect(self):
+            tried.append(self.where)
+            if self.where[0] in down:
+                raise HubUnreachableError(f"{self.where[0]} is down")
+            if self.where[0] == "hub-refusing":
+                raise WrongPasswordError("wrong password")
+            return self
+    config = ClientConfig.from_dict({"host": ["ws://hub-a:5679", "hub-b:5680", "hub-c"],
+                                     "port": 5678, "key": "k", "password": "p",
+                                     "share_connections": False})
+    assert config.hubs == (("hub-a", False, 5679), ("hub-b", False, 5680),
+                           ("hub-c", False, 5678))
+    assert (config.host, config.port) == ("hub-a", 5679)
+    pool = ConnectionPool(config, factory=ListedConnection)
+    assert pool.acquire(Session("s1")).where == ("hub-b", 5680)
+    assert pool.acquire(Session("s2")).where == ("hub-b", 5680)    # no detour through a
+    assert tried == [("hub-a", 5679), ("hub-b", 5680), ("hub-b", 5680)]
+    down.update({"hub-b", "hub-c"})
+    with pytest.raises(HubUnreachableError, match="hub-c is down"):    # the last one's
+        pool.acquire(Session("s3"))
+    pool.close_all()
+    refusing = ClientConfig.from_dict({"host": ["hub-refusing", "hub-b"], "key": "k",
+                                       "password": "p"})
+    with pytest.raises(WrongPasswordError):       # a refusal is not passed on to the next
+        ConnectionPool(refusing, factory=ListedConnection).acquire(Session("s4"))

@@ -153,3 +153,32 @@ def test_a_turn_lost_on_a_hub_without_turn_records_is_never_sent_again(pipeline_
     time.sleep(1)         # a resend would connect at once
     assert pipeline_replicas.proxy.servers()["hub2"]["total"] == \
         pipeline_replicas.before_turn["hub2"]["total"]
+
+
+def test_a_host_list_of_hubs_with_keys_of_their_own_continues_the_conversation(tmp_path):
+    """No haproxy: `host` lists two hubs sharing the Redis store, each with its own identity.
+    The client pins each hub's key under its own address, so the second is accepted when the
+    first dies; the conversation continues there, and a turn in flight is sent again."""
+    from replicas import replica
+    from servers import RedisServer
+    redis = RedisServer(str(tmp_path / "redis")).start()
+    first, second = replica(redis.url).start(), replica(redis.url).start()
+    try:
+        creds = first.add_client(name="listed")
+        second.add_client(name="listed", key=creds.key, password=creds.password)
+        agent = HiveMindChatAgent({"host": [f"ws://127.0.0.1:{first.port}",
+                                            f"ws://127.0.0.1:{second.port}"],
+                                   "key": creds.key, "password": creds.password,
+                                   "timeout": 20})
+        try:
+            assert "Ada" in agent.get_response("my name is Ada", session_id="listed")
+            first.kill()
+            time.sleep(0.5)
+            assert agent.get_response("what is my name", session_id="listed") == \
+                "Your name is Ada."
+        finally:
+            agent.shutdown()
+    finally:
+        first.cleanup()
+        second.cleanup()
+        redis.stop()

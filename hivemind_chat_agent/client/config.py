@@ -1,7 +1,7 @@
 """The client agent's configuration: defaults, the identity fallback and validation, in one place."""
 import hashlib
-from dataclasses import dataclass, field
-from typing import Any, Dict, Optional
+from dataclasses import dataclass, field, replace
+from typing import Any, Dict, List, Optional, Tuple
 
 from hivemind_chat_agent.client.noise_keys import default_key_dir
 from hivemind_chat_agent.core.refusals import UTTERANCE_TOPICS
@@ -39,6 +39,16 @@ class ClientConfig:
     session_idle_ttl: float = 3600.0   # a conversation idle this long leaves memory
     utterance_topic: Optional[str] = None   # None: whichever of the two the hub allows
     noise_key_dir: str = ""         # this client's Noise static keys and the hubs' pinned keys
+    # every hub `host` names, in order, as (host, secure, port); host, secure and port above
+    # are the first. A new connection tries the one that answered last, then the others.
+    hubs: Tuple[Tuple[str, bool, int], ...] = ()
+
+    def with_hub(self, index: int) -> "ClientConfig":
+        """This config for the `index`-th hub of `hubs`."""
+        if not self.hubs:
+            return self
+        host, secure, port = self.hubs[index]
+        return replace(self, host=host, secure=secure, port=port)
 
     @property
     def url_host(self) -> str:
@@ -58,22 +68,15 @@ class ClientConfig:
             raise ConfigurationError(
                 f"no HiveMind {', '.join(missing)} configured: pass them in the agent config "
                 "or run `hivemind-client set-identity --key ... --password ... --host ...`")
-        host, secure, host_port = _split_host(str(config["host"]))
+        listed = _hub_list(config["host"])
+        host, secure, host_port = listed[0]
         (port, timeout, connect_timeout, max_connections, shared, spares, idle_timeout,
          store_max, store_ttl, churn_guard, max_frame, max_sessions, idle_ttl) = \
             _numbers(config, host_port)
-        if not 1 <= shared <= 64:
-            raise ConfigurationError("shared_connections must be between 1 and 64")
-        if not 0 <= spares <= 64:
-            raise ConfigurationError("spare_connections must be between 0 and 64")
-        if timeout <= 0 or connect_timeout <= 0 or max_connections < 1 or idle_timeout <= 0 \
-                or store_max < 1 or store_ttl <= 0 or churn_guard < 0 \
-                or max_frame < 4096 or max_sessions < 1 or idle_ttl <= 0:
-            raise ConfigurationError("timeout, connect_timeout, idle_timeout and "
-                                     "session_store_ttl must be > 0, max_connections and "
-                                     "session_store_max >= 1, churn_guard >= 0, "
-                                     "max_frame_bytes >= 4096, max_sessions >= 1, "
-                                     "session_idle_ttl > 0")
+        if len(listed) > 1 and host_port:
+            port = host_port        # in a list, a hub's own port wins over `port`
+        _check_ranges(timeout, connect_timeout, max_connections, shared, spares, idle_timeout,
+                      store_max, store_ttl, churn_guard, max_frame, max_sessions, idle_ttl)
         topic = config.get("utterance_topic") or None
         if topic is not None and topic not in UTTERANCE_TOPICS:
             raise ConfigurationError(f"utterance_topic must be one of {list(UTTERANCE_TOPICS)} "
@@ -103,7 +106,10 @@ class ClientConfig:
                    plays_audio=_flag(config, "plays_audio", False),
                    churn_guard=churn_guard, max_frame_bytes=max_frame,
                    max_sessions=max_sessions, session_idle_ttl=idle_ttl,
-                   utterance_topic=topic, noise_key_dir=key_dir)
+                   utterance_topic=topic, noise_key_dir=key_dir,
+                   hubs=((host, secure, port),) + tuple(
+                       (h, s, p or int(config.get("port") or DEFAULT_PORT))
+                       for h, s, p in listed[1:]))
 
 
 _TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0", "")
@@ -154,6 +160,22 @@ def _numbers(config: Dict[str, Any], host_port: Optional[int]) -> tuple:
         raise ConfigurationError(f"invalid number in agent config: {e}") from None
 
 
+def _check_ranges(timeout, connect_timeout, max_connections, shared, spares, idle_timeout,
+                  store_max, store_ttl, churn_guard, max_frame, max_sessions, idle_ttl) -> None:
+    if not 1 <= shared <= 64:
+        raise ConfigurationError("shared_connections must be between 1 and 64")
+    if not 0 <= spares <= 64:
+        raise ConfigurationError("spare_connections must be between 0 and 64")
+    if timeout <= 0 or connect_timeout <= 0 or max_connections < 1 or idle_timeout <= 0 \
+            or store_max < 1 or store_ttl <= 0 or churn_guard < 0 \
+            or max_frame < 4096 or max_sessions < 1 or idle_ttl <= 0:
+        raise ConfigurationError("timeout, connect_timeout, idle_timeout and "
+                                 "session_store_ttl must be > 0, max_connections and "
+                                 "session_store_max >= 1, churn_guard >= 0, "
+                                 "max_frame_bytes >= 4096, max_sessions >= 1, "
+                                 "session_idle_ttl > 0")
+
+
 def default_session_id_for(access_key: str) -> str:
     """A stable stand-in for "default", which a 4.0 hub only accepts from admin clients.
 
@@ -162,6 +184,15 @@ def default_session_id_for(access_key: str) -> str:
     """
     digest = hashlib.sha256(f"hivemind-chat-agent:{access_key}".encode()).hexdigest()[:12]
     return f"hivemind-chat-{digest}"
+
+
+def _hub_list(value: Any) -> List[Tuple[str, bool, Optional[int]]]:
+    """`host` as one address, or a list of them (hubs tried in order)."""
+    if isinstance(value, (list, tuple)):
+        if not value or not all(isinstance(v, str) and v.strip() for v in value):
+            raise ConfigurationError("host must be an address or a non-empty list of them")
+        return [_split_host(v) for v in value]
+    return [_split_host(str(value))]
 
 
 def _split_host(host: str):

@@ -27,7 +27,8 @@ from hivemind_chat_agent.client.churn_gate import ChurnGate
 from hivemind_chat_agent.client.config import ClientConfig
 from hivemind_chat_agent.client.connection import HubConnection
 from hivemind_chat_agent.client.spares import Spares
-from hivemind_chat_agent.errors import AgentClosedError, HiveMindChatError
+from hivemind_chat_agent.errors import (AgentClosedError, HandshakeTimeoutError,
+                                        HiveMindChatError, HubUnreachableError)
 
 
 TURNS_PER_SHARED = 16   # turns in flight on a shared connection before another is opened
@@ -41,6 +42,7 @@ class ConnectionPool:
                  clock: Callable[[], float] = time.monotonic):
         self.config = config
         self._factory = factory
+        self._preferred = 0      # the hub of `config.hubs` that answered last
         self._clock = clock
         self._lock = threading.Lock()
         self._conns: "OrderedDict[str, HubConnection]" = OrderedDict()   # one per session
@@ -183,9 +185,27 @@ class ConnectionPool:
         return self._file(self._connect(session), session.session_id, place)
 
     def _connect(self, session: Optional[Session]) -> HubConnection:
-        """A connected connection (None: a spare), apart from this agent's turns in flight."""
+        """A connected connection (None: a spare), apart from this agent's turns in flight.
+        With several hubs in `host`: the one that answered last first, then the others in
+        their order; a hub that cannot be reached (or does not finish its handshake) passes
+        the connect on, any other refusal (key, password, pin) is raised at once."""
+        hubs = len(self.config.hubs) or 1
+        order = [self._preferred] + [i for i in range(hubs) if i != self._preferred]
+        for attempt, index in enumerate(order):
+            try:
+                conn = self._connect_to(self.config.with_hub(index), session)
+            except (HubUnreachableError, HandshakeTimeoutError) as e:
+                if attempt == len(order) - 1:
+                    raise
+                LOG.info(f"hub {index + 1} of {hubs} did not answer ({e}); trying the next")
+                continue
+            self._preferred = index
+            return conn
+        raise AssertionError("unreachable")
+
+    def _connect_to(self, config: ClientConfig, session: Optional[Session]) -> HubConnection:
         with self.gate.change():
-            conn = self._factory(self.config, session)
+            conn = self._factory(config, session)
             with self._lock:
                 self._check_open()
                 self._connecting.add(conn)      # so close_all() can end the connect at once
