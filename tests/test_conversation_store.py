@@ -212,3 +212,37 @@ def test_the_memory_store_keeps_turn_records_bounded_and_replays_them(tmp_path):
     for i in range(MemoryStore.MAX_TURN_RECORDS + 5):
         store.claim_turn("s", f"many-{i}")
     assert store.turn_record("s", "t1") is None                # the oldest went first
+
+
+def test_redis_stopped_and_restarted_under_load_fails_turns_cleanly_then_nothing_is_wrong(
+        redis_server, replicas):
+    """Back-to-back turns of four conversations while Redis goes away for a second: each
+    turn is answered or fails with store_unavailable (none hangs, none is answered wrongly),
+    and once Redis is back every turn is answered and each conversation's history is its
+    own."""
+    import threading
+    a = replicas()
+    outage = threading.Timer(0.5, lambda: (redis_server.stop(), time.sleep(1.0),
+                                           redis_server.start()))
+    outage.start()
+    answered = failed = 0
+    deadline = time.monotonic() + 3.0
+    i = 0
+    while time.monotonic() < deadline:
+        [reply] = a.ask(f"turn {i}", session_id=f"load-{i % 4}")
+        if isinstance(reply, dict):
+            assert reply["reason"] == "store_unavailable", reply
+            failed += 1
+        else:
+            assert reply == f"you said turn {i}"
+            answered += 1
+        i += 1
+    outage.join()
+    assert answered and failed, (answered, failed)
+    for n in range(8):
+        assert a.ask(f"after {n}", session_id=f"load-{n % 4}") == [f"you said after {n}"]
+    for s in range(4):
+        history = json.loads(a.ask("history", session_id=f"load-{s}")[0])
+        users = [text for role, text in history if role == "user"]
+        assert users[-2:] == [f"after {s}", f"after {s + 4}"]
+        assert all(int(u.split()[1]) % 4 == s for u in users if u.startswith("turn"))

@@ -102,6 +102,7 @@ def slow_turn_killed_after_its_first_sentence(deployment):
         deployment.add_replica()
         deployment.before_turn = deployment.proxy.servers()
         holder = deployment.holder()
+        started = time.monotonic()
         turn = agent.begin([{"role": "user", "content": "slow 3 1"}], session_id="kitchen")
         heard = []
         try:
@@ -111,6 +112,8 @@ def slow_turn_killed_after_its_first_sentence(deployment):
                     holder.kill()
         except HiveMindChatError:    # a lost turn raises at its end; its status says so
             pass
+        print(f"the killed turn ended {turn.status.value} {time.monotonic() - started:.1f} s "
+              "after it was asked")
         return heard, turn, agent.hub_keeps_turns
     finally:
         agent.shutdown()
