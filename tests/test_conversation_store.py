@@ -15,7 +15,7 @@ from hivemind_chat_agent import ChatAgentProtocol
 from hivemind_chat_agent.core.protocol_names import TURN_TAG_KEY
 from hivemind_chat_agent.core.transcript import ANSWERED, Exchange
 from hivemind_chat_agent.errors import ConfigurationError, ConversationStoreError
-from hivemind_chat_agent.hub.conversation_store import open_store
+from hivemind_chat_agent.hub.stores import open_store
 from servers import RedisServer
 
 

@@ -23,12 +23,10 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Dict, List, Optional, Protocol, Tuple
-from urllib.parse import urlsplit
 
 from ovos_bus_client.session import SessionManager
 
 from hivemind_chat_agent.core.transcript import Exchange, Transcripts, clip, oldest_over
-from hivemind_chat_agent.errors import ConfigurationError
 from hivemind_chat_agent.hub.secret import hub_secret
 
 KEY_PREFIX = "hivemind-chat:"
@@ -88,22 +86,6 @@ class ConversationStore(Protocol):
 
     def close(self) -> None:
         """Release connections; the store is not used again."""
-
-
-def open_store(url: str, history_turns: int, history_bytes: int, session_ttl: float,
-               data_home: Callable[[], str]) -> ConversationStore:
-    """The store `url` names ("memory", or "redis://..." / "rediss://..." / "unix://...")."""
-    scheme = urlsplit(url).scheme if "://" in url else url
-    if scheme in ("", "memory"):
-        return MemoryStore(history_turns, history_bytes, data_home)
-    if scheme in ("redis", "rediss", "unix"):
-        from hivemind_chat_agent.extras import require
-        require("redis", "the Redis conversation store")
-        from hivemind_chat_agent.hub.redis_store import RedisStore
-        return RedisStore(url, history_turns, history_bytes, session_ttl)
-    raise ConfigurationError(
-        f'conversation_store must be "memory" or a redis:// URL (redis://HOST:PORT/DB), '
-        f"not {scheme!r}")
 
 
 class MemoryStore:

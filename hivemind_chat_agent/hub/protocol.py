@@ -37,8 +37,8 @@ from hivemind_chat_agent.hub.agent_bus import AgentBus
 from hivemind_chat_agent.hub.asides import Asides
 from hivemind_chat_agent.hub.connections import (connection_client, connection_closed,
                                                  connection_token, mark_closed)
-from hivemind_chat_agent.hub.conversation_store import open_store
 from hivemind_chat_agent.hub.hub_turn import HubTurn, OpenTurns
+from hivemind_chat_agent.hub.stores import open_store
 from hivemind_chat_agent.hub.turn_records import note_end, note_sentence, run_here, turn_id_of
 from hivemind_chat_agent.hub.links import install_links, link_for
 from hivemind_chat_agent.hub.loop_clock import IOLoopClock
