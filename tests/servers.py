@@ -18,7 +18,45 @@ def need(program: str) -> str:
     return path
 
 
-class RedisServer:
+class ServerProcess:
+    """A server started from a Debian package's binary, logging into its directory, stopped by
+    its PID (terminate, then kill)."""
+    directory: str
+    process: Optional[subprocess.Popen] = None
+
+    def spawn(self, argv: "list[str]", log_name: str, ready) -> None:
+        """Start `argv` and wait (20 s at most) until `ready()` says it serves."""
+        os.makedirs(self.directory, exist_ok=True)
+        self.process = subprocess.Popen(
+            argv, stdout=open(os.path.join(self.directory, log_name), "ab"),
+            stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"{argv[0]} exited ({self.process.returncode}); see "
+                                   f"{self.directory}/{log_name}")
+            try:
+                if ready():
+                    return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"{argv[0]} did not serve within 20 s; see "
+                           f"{self.directory}/{log_name}")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+
+
+class RedisServer(ServerProcess):
     """redis-server on 127.0.0.1, no persistence; `stop()` and `start()` again keep the port,
     as a Redis that goes down and comes back does."""
 
@@ -32,39 +70,17 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> "RedisServer":
-        os.makedirs(self.directory, exist_ok=True)
-        self.process = subprocess.Popen(
-            [need("redis-server"), "--port", str(self.port), "--bind", "127.0.0.1",
-             "--save", "", "--appendonly", "no", "--dir", self.directory],
-            stdout=open(os.path.join(self.directory, "redis.log"), "ab"),
-            stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"redis-server exited ({self.process.returncode}); see "
-                                   f"{self.directory}/redis.log")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), 0.5) as s:
-                    s.sendall(b"PING\r\n")
-                    if s.recv(16).startswith(b"+PONG"):
-                        return self
-            except OSError:
-                time.sleep(0.05)
-        self.stop()
-        raise RuntimeError("redis-server did not answer PING within 20 s")
+        self.spawn([need("redis-server"), "--port", str(self.port), "--bind", "127.0.0.1",
+                    "--save", "", "--appendonly", "no", "--dir", self.directory], "redis.log",
+                   self._pong)
+        return self
 
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self.process = None
+    def _pong(self) -> bool:
+        with socket.create_connection(("127.0.0.1", self.port), 0.5) as s:
+            s.sendall(b"PING\r\n")
+            return s.recv(16).startswith(b"+PONG")
 
-
-class HAProxy:
+class HAProxy(ServerProcess):
     """haproxy in the foreground on a free loopback port, from config/haproxy.cfg with its
     frontend and server ports replaced, plus a stats socket the tests read."""
 
@@ -89,24 +105,12 @@ class HAProxy:
         self.process: Optional[subprocess.Popen] = None
 
     def start(self) -> "HAProxy":
-        self.process = subprocess.Popen(
-            [need("haproxy"), "-db", "-f", self.config],
-            stdout=open(os.path.join(self.directory, "haproxy.log"), "ab"),
-            stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"haproxy exited ({self.process.returncode}); see "
-                                   f"{self.directory}/haproxy.log")
-            try:
-                socket.create_connection(("127.0.0.1", self.port), 0.5).close()
-                if os.path.exists(self.socket):
-                    return self
-            except OSError:
-                pass
-            time.sleep(0.05)
-        self.stop()
-        raise RuntimeError("haproxy did not listen within 20 s")
+        self.spawn([need("haproxy"), "-db", "-f", self.config], "haproxy.log", self._listening)
+        return self
+
+    def _listening(self) -> bool:
+        socket.create_connection(("127.0.0.1", self.port), 0.5).close()
+        return os.path.exists(self.socket)
 
     def command(self, line: str) -> str:
         with socket.socket(socket.AF_UNIX) as s:
@@ -140,13 +144,3 @@ class HAProxy:
                 return True
             time.sleep(0.1)
         return False
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self.process = None
