@@ -116,7 +116,8 @@ def test_redis_bounds_each_conversation_and_every_key_expires(redis_server):
     store.record("s1", Exchange("q", "x" * 230, ANSWERED))   # bytes: older ones make room
     assert [e.user for e in store.history("s1")] == ["question 4", "q"]
     store.keep_session("s1", {"session_id": "s1", "lang": "de-DE"})
-    assert store.kept_session("s1")["lang"] == "de-DE" and store.kept_session("s2") is None
+    assert store.begin("s1", "").session["lang"] == "de-DE"
+    assert store.begin("s2", "").session is None
     raw = redis.Redis.from_url(redis_server.url)
     raw.rpush("hivemind-chat:history:s1", "not json", json.dumps([1, 2, 3]))
     assert [e.user for e in store.history("s1")] == ["question 4", "q"]   # junk is skipped
@@ -193,21 +194,32 @@ def test_a_turn_whose_owner_died_is_taken_over_and_run_again(replicas, redis_ser
     raw = redis.Redis.from_url(redis_server.url)
     raw.set(f"hivemind-chat:turn:{session_id}:t-orphan", record_to_json(
         TurnRecord(RUNNING, "a-replica-that-died")))
-    raw.rpush(f"hivemind-chat:turn:{session_id}:t-orphan:said", "half an answer")
     assert b.ask("count 2", turn_id="t-orphan") == ["sentence 1", "sentence 2"]
     assert b.protocol.engine.asked == ["hello", "count 2"]
 
 
-def test_the_memory_store_keeps_turn_records_bounded_and_replays_them(tmp_path):
-    from hivemind_chat_agent.hub.conversation_store import DONE, MemoryStore
-    store = MemoryStore(2, 256, data_home=lambda: str(tmp_path))
-    assert store.claim_turn("s", "t1") is None                 # ours to run
-    store.turn_said("s", "t1", "one")
-    running = store.claim_turn("s", "t1")
-    assert running.state == "running" and running.sentences == ["one"] and running.owner_alive
-    store.turn_ended("s", "t1", "answered")
+@pytest.mark.parametrize("backend", ["memory", "redis"])
+def test_a_turn_record_is_claimed_once_and_done_with_what_was_said(backend, tmp_path,
+                                                                    request):
+    from hivemind_chat_agent.hub.conversation_store import DONE, RUNNING
+    url = request.getfixturevalue("redis_server").url if backend == "redis" else "memory"
+    store = open_store(url, 2, 256, 60, data_home=lambda: str(tmp_path))
+    begun = store.begin("s", "t1")
+    assert begun.record is None and begun.history == []            # ours to run
+    again = store.begin("s", "t1").record
+    assert again.state == RUNNING and again.owner_alive            # its owner is this hub
+    exchange = Exchange("count 2", "one\ntwo", ANSWERED)
+    store.finish("s", "t1", exchange, ["one", "two"], begun.history, keep_exchange=True)
     done = store.turn_record("s", "t1")
-    assert done.state == DONE and done.sentences == ["one"] and done.ended == "answered"
+    assert (done.state, done.sentences, done.ended) == (DONE, ["one", "two"], ANSWERED)
+    assert store.history("s") == [exchange] and not store.take_over("s", "t1")
+    store.close()
+
+
+def test_the_memory_store_keeps_turn_records_bounded(tmp_path):
+    from hivemind_chat_agent.hub.conversation_store import MemoryStore
+    store = MemoryStore(2, 256, data_home=lambda: str(tmp_path))
+    assert store.claim_turn("s", "t1") is None
     assert not store.take_over("s", "t1")
     for i in range(MemoryStore.MAX_TURN_RECORDS + 5):
         store.claim_turn("s", f"many-{i}")

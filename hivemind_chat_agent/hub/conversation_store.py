@@ -47,15 +47,30 @@ class TurnRecord:
     owner_alive: bool = True
 
 
+@dataclass
+class Begun:
+    """What a turn starts from, read in one go: the turn's record (None: this hub runs it, and
+    its record is started if it has an id), the Session the hub kept, the kept exchanges."""
+    record: Optional[TurnRecord]
+    session: Optional[Dict[str, Any]]
+    history: List[Exchange]
+
+
 class ConversationStore(Protocol):
+    def begin(self, session_id: str, turn_id: str) -> Begun:
+        """A turn of the session starts (`turn_id` "" for one without an id: no record)."""
+
+    def finish(self, session_id: str, turn_id: str, exchange: Exchange, sentences: List[str],
+               earlier: List[Exchange], keep_exchange: bool) -> None:
+        """A turn this hub ran ended: its exchange joins the history (if `keep_exchange`,
+        bounded; `earlier` is the history the turn began with) and, with a `turn_id`, its
+        record is done with `sentences` and how it ended (`exchange.ended`)."""
+
     def history(self, session_id: str) -> List[Exchange]:
         """The session's kept exchanges, oldest first."""
 
     def record(self, session_id: str, exchange: Exchange) -> None:
         """Keep an exchange, within the bounds of history_turns and history_bytes."""
-
-    def kept_session(self, session_id: str) -> Optional[Dict[str, Any]]:
-        """The Session the hub kept for this conversation (serialized), if any."""
 
     def keep_session(self, session_id: str, session: Dict[str, Any]) -> None:
         """The Session as the engine left it after a turn."""
@@ -72,14 +87,8 @@ class ConversationStore(Protocol):
         the turn. Otherwise the record there is (another attempt of the same turn)."""
 
     def take_over(self, session_id: str, turn_id: str) -> bool:
-        """The record's owner is gone: make it this hub's, emptied, to run the turn again;
-        False if another hub got there first or the record changed."""
-
-    def turn_said(self, session_id: str, turn_id: str, sentence: str) -> None:
-        """The owner sent a sentence of the turn."""
-
-    def turn_ended(self, session_id: str, turn_id: str, ended: str) -> None:
-        """The owner ended the turn: the record answers repeats of the id from now on."""
+        """The record's owner is gone: make it this hub's, to run the turn again; False if
+        another hub got there first or the record changed."""
 
     def turn_record(self, session_id: str, turn_id: str) -> Optional[TurnRecord]:
         """The record as it stands, if any."""
@@ -109,9 +118,22 @@ class MemoryStore:
         with self._lock:
             self.transcripts.record(session_id, exchange)
 
-    def kept_session(self, session_id: str) -> Optional[Dict[str, Any]]:
+    def begin(self, session_id: str, turn_id: str) -> Begun:
+        record = self.claim_turn(session_id, turn_id) if turn_id else None
         kept = SessionManager.sessions.get(session_id)
-        return kept.serialize() if kept is not None else None
+        return Begun(record, kept.serialize() if kept is not None else None,
+                     self.history(session_id))
+
+    def finish(self, session_id: str, turn_id: str, exchange: Exchange, sentences: List[str],
+               earlier: List[Exchange], keep_exchange: bool) -> None:
+        if keep_exchange:
+            self.record(session_id, exchange)
+        if turn_id:
+            with self._lock:
+                held = self._turns.get((session_id, turn_id))
+                if held is not None:
+                    done = TurnRecord(DONE, sentences=list(sentences), ended=exchange.ended)
+                    self._turns[(session_id, turn_id)] = (done, time.monotonic())
 
     def keep_session(self, session_id: str, session: Dict[str, Any]) -> None:
         """Nothing to do: the engine's Session is in SessionManager already."""
@@ -141,19 +163,6 @@ class MemoryStore:
 
     def take_over(self, session_id: str, turn_id: str) -> bool:
         return False     # the owner is this process, alive as long as the store is
-
-    def turn_said(self, session_id: str, turn_id: str, sentence: str) -> None:
-        with self._lock:
-            held = self._turns.get((session_id, turn_id))
-            if held is not None:
-                held[0].sentences.append(sentence)
-
-    def turn_ended(self, session_id: str, turn_id: str, ended: str) -> None:
-        with self._lock:
-            held = self._turns.get((session_id, turn_id))
-            if held is not None:
-                held[0].state, held[0].ended = DONE, ended
-                self._turns[(session_id, turn_id)] = (held[0], time.monotonic())
 
     def turn_record(self, session_id: str, turn_id: str) -> Optional[TurnRecord]:
         with self._lock:

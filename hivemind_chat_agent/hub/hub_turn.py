@@ -8,6 +8,7 @@ from threading import Lock
 from typing import Any, Dict, List, Protocol
 
 from ovos_bus_client.message import Message
+from ovos_bus_client.session import SessionManager
 from ovos_utils.log import LOG
 
 from hivemind_chat_agent.core.clock import Clock
@@ -26,14 +27,8 @@ class TurnHost(Protocol):
     def deliver(self, turn: "HubTurn", reply: Message) -> None:
         """Hand `reply` to the IO loop, to be written to the turn's connection."""
 
-    def session_for_reply(self, turn: "HubTurn") -> Dict[str, Any]:
-        """The Session a reply of this turn carries."""
-
     def record_exchange(self, turn: "HubTurn", ended: str) -> None:
         """The turn ended (`ended`: answered, stopped or a failure reason): keep it."""
-
-    def note_sentence(self, turn: "HubTurn", sentence: str) -> None:
-        """The turn sent `sentence` (for the turn's record)."""
 
 
 class HubTurn:
@@ -62,12 +57,25 @@ class HubTurn:
         self.turn_id = ""          # the client's id for this turn (its tag), if it sent one
         self.owns_record = False   # this hub runs it and keeps its record (hub/turn_records)
         self.replayed = False      # answered from the record of an earlier run
+        self.earlier: List[Any] = []   # the history it began with (core/transcript.Exchange)
 
     def reply(self, msg_type: str, data: Dict[str, Any]) -> Message:
         ctx = dict(self.message.context)
         ctx["source"], ctx["destination"] = ctx.get("destination") or PLUGIN_NAME, self.peer
-        ctx["session"] = self.protocol.session_for_reply(self)
+        ctx["session"] = self.session_for_reply()
         return Message(msg_type, data, ctx)
+
+    def session_for_reply(self) -> Dict[str, Any]:
+        """The satellite's Session as the engine left it (a relay engine refreshes it from the
+        upstream hub), under the id the satellite knows it by."""
+        sess = SessionManager.sessions.get(self.session_id)
+        if sess is None:
+            return self.satellite_session
+        data = sess.serialize()
+        data["session_id"] = self.satellite_session.get("session_id")
+        if self.satellite_session.get("site_id"):
+            data["site_id"] = self.satellite_session["site_id"]
+        return data
 
     def speak(self, sentence: str) -> bool:
         # queued under the lock: a timeout's `handled` can never overtake this sentence
@@ -95,7 +103,6 @@ class HubTurn:
                 if isinstance(sentence, str) and sentence.strip():
                     if not self.speak(sentence):
                         return
-                    self.protocol.note_sentence(self, sentence)
         except Exception as e:
             self.finish(failed=True, why=f"engine raised {type(e).__name__}",
                         reason=EndReason.ENGINE_ERROR)

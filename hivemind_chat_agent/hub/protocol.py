@@ -39,7 +39,7 @@ from hivemind_chat_agent.hub.connections import (connection_client, connection_c
                                                  connection_token, mark_closed)
 from hivemind_chat_agent.hub.hub_turn import HubTurn, OpenTurns
 from hivemind_chat_agent.hub.stores import open_store
-from hivemind_chat_agent.hub.turn_records import note_end, note_sentence, run_here, turn_id_of
+from hivemind_chat_agent.hub.turn_records import run_here, turn_id_of
 from hivemind_chat_agent.hub.links import install_links, link_for
 from hivemind_chat_agent.hub.loop_clock import IOLoopClock
 from hivemind_chat_agent.errors import ConversationStoreError, ReplyNotSent
@@ -289,27 +289,31 @@ class ChatAgentProtocol(AgentProtocol):
             return
         turn.deadline = self.clock.now() + self.settings.timeout
         try:
-            if not run_here(self.store, turn, self.clock.sleep):
+            begun = self.store.begin(turn.session_id, turn.turn_id)
+            if not run_here(self.store, turn, begun.record, self.clock.sleep):
                 return     # answered from the turn's record (hub/turn_records.py)
-            kept = self.store.kept_session(turn.session_id)
-            messages = self.conversation(turn.session_id, turn.utterance)
         except ConversationStoreError as e:
             turn.finish(failed=True, why=str(e), reason=EndReason.STORE_UNAVAILABLE)
             self._forget_if_untracked(turn.session_id)
             return
+        turn.earlier, kept = begun.history, begun.session
         sess = Session.deserialize(conversation_for_turn(turn.satellite_session,
                                                          turn.session_id, kept))
         register(sess)
+        began = sess.serialize()
         try:
             self.asides.follow(turn)
-            turn.converse(self.engine, sess, messages)
-            self._keep_session(turn.session_id)
+            turn.converse(self.engine, sess, [
+                AgentMessage(role=_ROLES[role], content=text)
+                for role, text in engine_messages(begun.history, turn.utterance)])
+            self._keep_session(turn.session_id, began)
         finally:
             self._forget_if_untracked(turn.session_id)
 
-    def _keep_session(self, session_id: str) -> None:
+    def _keep_session(self, session_id: str, began: Dict[str, Any]) -> None:
+        """The Session as the engine left it, written only when it changed."""
         sess = SessionManager.sessions.get(session_id)
-        if sess is None:
+        if sess is None or sess.serialize() == began:
             return
         try:
             self.store.keep_session(session_id, sess.serialize())
@@ -326,11 +330,16 @@ class ChatAgentProtocol(AgentProtocol):
         is in both already)."""
         if turn.replayed:
             return
-        note_end(self.store, turn, ended)
-        self.record(turn.session_id, turn.utterance, turn.sentences, ended)
-
-    def note_sentence(self, turn: HubTurn, sentence: str) -> None:
-        note_sentence(self.store, turn, sentence)
+        with self._satellites_lock:
+            tracked = turn.session_id in self.satellites
+        if not (tracked or turn.owns_record):
+            return
+        try:
+            self.store.finish(turn.session_id, turn.turn_id if turn.owns_record else "",
+                              Exchange(turn.utterance, "\n".join(turn.sentences), ended),
+                              turn.sentences, turn.earlier, keep_exchange=tracked)
+        except ConversationStoreError as e:   # the satellite has its answer
+            LOG.warning(f"a turn's exchange and record were not kept: {e}")
 
     def record(self, session_id: str, utterance: str, sentences: List[str], ended: str) -> None:
         """Keep an exchange in the session's transcript, unless the session is gone (a turn
@@ -342,18 +351,6 @@ class ChatAgentProtocol(AgentProtocol):
             self.store.record(session_id, Exchange(utterance, "\n".join(sentences), ended))
         except ConversationStoreError as e:   # the satellite has its answer; history lacks it
             LOG.warning(f"an exchange was not kept: {e}")
-
-    def session_for_reply(self, turn: HubTurn) -> Dict[str, Any]:
-        """The satellite's Session as the engine left it (a relay engine refreshes it from the
-        upstream hub), under the id the satellite knows it by."""
-        sess = SessionManager.sessions.get(turn.session_id)
-        if sess is None:
-            return turn.satellite_session
-        data = sess.serialize()
-        data["session_id"] = turn.satellite_session.get("session_id")
-        if turn.satellite_session.get("site_id"):
-            data["site_id"] = turn.satellite_session["site_id"]
-        return data
 
     # ---- hivemind-core's QUERY / CASCADE (abstract from hivemind-plugin-manager 0.7) ----
     def natural_language_query(self, utterance: str, lang: str) -> Iterator[Optional[str]]:

@@ -5,11 +5,13 @@ Keys, under `hivemind-chat:` in the URL's database:
     history:<engine session id>   a list of JSON [user, assistant, ended], oldest first
     session:<engine session id>   the hub-kept OVOS Session, JSON
     secret                        the hub secret, hex, set once by whichever hub comes first
-    turn:<session>:<turn id>      a turn's record: JSON {state, owner, ended}
-    turn:<session>:<turn id>:said the sentences its owner sent, in order
+    turn:<session>:<turn id>      a turn's record: JSON {state, owner, sentences, ended}
     alive:<hub id>                present while that hub runs (renewed every second, 3 s TTL)
 Engine session ids are keyed digests (core/satellites.py): no access key or utterance is in a
-key name. Every write renews its conversation's keys for `session_ttl`.
+key name. Every write renews its conversation's keys for `session_ttl`. A turn costs two round
+trips: one pipeline as it begins (its record claimed, the Session and history read) and one as
+it ends (the exchange appended and trimmed, the record done); a third when the engine changed
+the Session.
 """
 import json
 import secrets
@@ -23,7 +25,7 @@ import redis
 from hivemind_chat_agent.core.transcript import Exchange, clip
 from hivemind_chat_agent.errors import ConversationStoreError
 from hivemind_chat_agent.hub.conversation_store import (
-    DONE, KEY_PREFIX, REDIS_TIMEOUT, RUNNING, TURN_RECORD_TTL, TurnRecord, bounded,
+    DONE, KEY_PREFIX, REDIS_TIMEOUT, RUNNING, TURN_RECORD_TTL, Begun, TurnRecord, bounded,
     exchange_from_json, exchange_to_json, record_from_json, record_to_json)
 
 HEARTBEAT = 1.0        # seconds between this hub's "alive" renewals
@@ -54,25 +56,45 @@ class RedisStore:
     def record(self, session_id: str, exchange: Exchange) -> None:
         """Appended, then the oldest trimmed to the bounds. Turns of one session come one at a
         time (the satellite waits for each answer), so read-then-trim needs no transaction."""
-        if self.history_turns == 0:
-            return
-        key = _history(session_id)
-        earlier = self.history(session_id)
-        drop = bounded(earlier, exchange, self.history_turns, self.history_bytes)
-        with self._redis.pipeline() as pipe:
-            pipe.rpush(key, exchange_to_json(clip(exchange, self.history_bytes)))
-            if drop:
-                pipe.ltrim(key, drop, -1)
-            pipe.expire(key, self._ttl)
+        if self.history_turns:
+            with self._redis.pipeline(transaction=False) as pipe:
+                self._append(pipe, session_id, exchange, self.history(session_id))
+                self._call(pipe.execute)
+
+    def begin(self, session_id: str, turn_id: str) -> Begun:
+        self._beat()
+        mine = record_to_json(TurnRecord(RUNNING, self.owner))
+        with self._redis.pipeline(transaction=False) as pipe:
+            if turn_id:
+                pipe.set(_turn(session_id, turn_id), mine, nx=True, ex=int(TURN_RECORD_TTL))
+            pipe.get(_session(session_id))
+            pipe.lrange(_history(session_id), 0, -1)
+            replies = self._call(pipe.execute)
+        claimed, raw_session, raw_history = replies if turn_id else [True] + replies
+        record = None if claimed else self.turn_record(session_id, turn_id)
+        history = [e for e in map(exchange_from_json, raw_history) if e is not None]
+        return Begun(record, _json_dict(raw_session),
+                     history if self.history_turns else [])
+
+    def finish(self, session_id: str, turn_id: str, exchange: Exchange, sentences: List[str],
+               earlier: List[Exchange], keep_exchange: bool) -> None:
+        with self._redis.pipeline(transaction=False) as pipe:
+            if keep_exchange and self.history_turns:
+                self._append(pipe, session_id, exchange, earlier)
+            if turn_id:
+                done = TurnRecord(DONE, self.owner, list(sentences), exchange.ended)
+                pipe.set(_turn(session_id, turn_id), record_to_json(done),
+                         ex=int(TURN_RECORD_TTL))
             self._call(pipe.execute)
 
-    def kept_session(self, session_id: str) -> Optional[Dict[str, Any]]:
-        raw = self._call(self._redis.get, _session(session_id))
-        try:
-            data = json.loads(raw) if raw else None
-        except ValueError:
-            return None
-        return data if isinstance(data, dict) else None
+    def _append(self, pipe, session_id: str, exchange: Exchange,
+                earlier: List[Exchange]) -> None:
+        key = _history(session_id)
+        drop = bounded(earlier, exchange, self.history_turns, self.history_bytes)
+        pipe.rpush(key, exchange_to_json(clip(exchange, self.history_bytes)))
+        if drop:
+            pipe.ltrim(key, drop, -1)
+        pipe.expire(key, self._ttl)
 
     def keep_session(self, session_id: str, session: Dict[str, Any]) -> None:
         self._call(self._redis.set, _session(session_id), json.dumps(session), ex=self._ttl)
@@ -106,7 +128,6 @@ class RedisStore:
 
     # ---- turn records ----
     def claim_turn(self, session_id: str, turn_id: str) -> Optional[TurnRecord]:
-        self._beat()
         key = _turn(session_id, turn_id)
         mine = record_to_json(TurnRecord(RUNNING, self.owner))
         if self._call(self._redis.set, key, mine, nx=True, ex=int(TURN_RECORD_TTL)):
@@ -124,7 +145,6 @@ class RedisStore:
                 pipe.multi()
                 pipe.set(key, record_to_json(TurnRecord(RUNNING, self.owner)),
                          ex=int(TURN_RECORD_TTL))
-                pipe.delete(key + ":said")
                 pipe.execute()
                 return True
         except redis.WatchError:
@@ -132,28 +152,10 @@ class RedisStore:
         except redis.RedisError as e:
             raise self._error(e) from None
 
-    def turn_said(self, session_id: str, turn_id: str, sentence: str) -> None:
-        key = _turn(session_id, turn_id) + ":said"
-        with self._redis.pipeline() as pipe:
-            pipe.rpush(key, sentence)
-            pipe.expire(key, int(TURN_RECORD_TTL))
-            self._call(pipe.execute)
-
-    def turn_ended(self, session_id: str, turn_id: str, ended: str) -> None:
-        record = TurnRecord(DONE, self.owner, ended=ended)
-        self._call(self._redis.set, _turn(session_id, turn_id), record_to_json(record),
-                   ex=int(TURN_RECORD_TTL))
-
     def turn_record(self, session_id: str, turn_id: str) -> Optional[TurnRecord]:
-        key = _turn(session_id, turn_id)
-        with self._redis.pipeline(transaction=False) as pipe:
-            pipe.get(key)
-            pipe.lrange(key + ":said", 0, -1)
-            raw, said = self._call(pipe.execute)
-        record = record_from_json(raw)
+        record = record_from_json(self._call(self._redis.get, _turn(session_id, turn_id)))
         if record is None:
             return None
-        record.sentences = [s for s in said if isinstance(s, str)]
         if record.state == RUNNING and record.owner != self.owner:
             record.owner_alive = bool(self._call(self._redis.exists, _alive(record.owner)))
         return record
@@ -188,6 +190,14 @@ class RedisStore:
             f"the conversation store at {self._where} failed ({type(e).__name__}: "
             f"{str(e)[:200]}); turns fail until it answers again, then the hub continues "
             "by itself")
+
+
+def _json_dict(raw: Any) -> Optional[Dict[str, Any]]:
+    try:
+        data = json.loads(raw) if raw else None
+    except (TypeError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def _turn(session_id: str, turn_id: str) -> str:

@@ -6,20 +6,19 @@ can still finish.
     no record           this hub claims it and runs the turn, noting each sentence and the end
     done                the sentences and end are sent again; the engine does not run
     running, owner up   wait for it to end (the turn's own rolling timeout bounds the wait)
-    running, owner dead take it over and run the turn again from the start (what the dead
-                        replica said is dropped; the client skips the sentences it already has)
+    running, owner dead take it over and run the turn again from the start (the client skips
+                        the sentences it already has)
 
 Our client sends a turn id (its turn tag) with every utterance; utterances without one
 (stock satellites) keep no record.
 """
-from typing import Any
+from typing import Any, Optional
 
 from ovos_utils.log import LOG
 
 from hivemind_chat_agent.core.protocol_names import TURN_TAG_KEY
 from hivemind_chat_agent.core.transcript import ANSWERED, STOPPED
 from hivemind_chat_agent.core.turns import EndReason
-from hivemind_chat_agent.errors import ConversationStoreError
 from hivemind_chat_agent.hub.conversation_store import DONE, ConversationStore, TurnRecord
 from hivemind_chat_agent.hub.hub_turn import HubTurn
 
@@ -33,13 +32,14 @@ def turn_id_of(context: Any) -> str:
     return tag if isinstance(tag, str) and 0 < len(tag) <= MAX_TURN_ID else ""
 
 
-def run_here(store: ConversationStore, turn: HubTurn, sleep) -> bool:
+def run_here(store: ConversationStore, turn: HubTurn, record: Optional[TurnRecord],
+             sleep) -> bool:
     """Worker thread: True if this hub is to run the turn (it owns its record, or the turn has
-    no id); False if it was answered from the record or ended while waiting. Raises
-    ConversationStoreError when the store is down."""
+    no id); False if it was answered from the record or ended while waiting. `record` is what
+    `store.begin` found (None: claimed for this hub). Raises ConversationStoreError when the
+    store is down."""
     if not turn.turn_id:
         return True
-    record = store.claim_turn(turn.session_id, turn.turn_id)
     while record is not None:
         if record.state == DONE:
             replay(turn, record)
@@ -66,19 +66,3 @@ def replay(turn: HubTurn, record: TurnRecord) -> None:
     else:
         turn.finish(failed=True, why=f"the turn's first run ended: {record.ended}",
                     reason=EndReason.read(record.ended))
-
-
-def note_sentence(store: ConversationStore, turn: HubTurn, sentence: str) -> None:
-    if turn.owns_record:
-        try:
-            store.turn_said(turn.session_id, turn.turn_id, sentence)
-        except ConversationStoreError as e:   # said already; a replay would miss it
-            LOG.warning(f"a sentence was not noted in the turn's record: {e}")
-
-
-def note_end(store: ConversationStore, turn: HubTurn, ended: str) -> None:
-    if turn.owns_record:
-        try:
-            store.turn_ended(turn.session_id, turn.turn_id, ended)
-        except ConversationStoreError as e:
-            LOG.warning(f"a turn's end was not noted in its record: {e}")
