@@ -14,6 +14,7 @@ the satellite session it belongs to, while the satellite is connected.
 """
 import dataclasses
 import threading
+import time
 from threading import Lock
 from typing import Any, Dict, Iterator, List, Optional
 
@@ -328,12 +329,13 @@ class ChatAgentProtocol(AgentProtocol):
     def record_exchange(self, turn: HubTurn, ended: str) -> None:
         """A turn ended: keep it in its session's transcript and its record (a replayed one
         is in both already)."""
-        if turn.replayed:
-            return
+        if turn.replayed or ended == EndReason.STORE_UNAVAILABLE.value:
+            return       # (the store did not answer this turn: no second try to write it)
         with self._satellites_lock:
             tracked = turn.session_id in self.satellites
         if not (tracked or turn.owns_record):
             return
+        time.sleep(0)    # the IO loop writes the end (queued just now) before this store write
         try:
             self.store.finish(turn.session_id, turn.turn_id if turn.owns_record else "",
                               Exchange(turn.utterance, "\n".join(turn.sentences), ended),
