@@ -154,7 +154,10 @@ def test_sixty_four_concurrent_async_turns_on_one_loop(creds, make_agent):
     assert [r for r, _ in results] == [[f"session a64-{k}"] for k in range(64)]
     assert all(status is TurnStatus.ANSWERED for _, status in results)
     print(f"64 async turns: {took * 1000:.0f} ms, worst loop lag {worst * 1000:.2f} ms")
-    assert worst < 0.1, f"the loop stalled {worst * 1000:.1f} ms"   # benchmarks/: <= 10 ms
+    # a guard against turns or connects blocking the loop (seconds), not a figure: 64 4.0
+    # handshakes at once on 2 loaded cores left 20-180 ms of lag in runs of the same code;
+    # the loop's lag is measured in benchmarks/ (<= 10 ms)
+    assert worst < 0.5, f"the loop stalled {worst * 1000:.1f} ms"
 
 
 @pytest.mark.parametrize("call", ["awarm_up", "abegin", "acontinue_chat", "astream_sentences"])
