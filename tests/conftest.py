@@ -29,16 +29,18 @@ def pytest_collection_modifyitems(items):
 @pytest.fixture(autouse=True)
 def only_hub_tests_start_hubs(request, monkeypatch):
     """The quick loop (`-m "not hub"`) must start nothing: a test without the mark that starts
-    a hub fails, naming the mark it needs."""
+    a hub or a server (redis-server, haproxy) fails, naming the mark it needs."""
     if request.node.get_closest_marker("hub") is not None:
         return
     from hivemind_chat_agent.bridges.local_hub import LocalHub
     from ovos_hub import OVOSHub
+    from servers import ServerProcess
 
     def refuse(*_args, **_kwargs):
         raise RuntimeError(f"{request.node.nodeid} starts a hub: mark it @pytest.mark.hub")
     for cls in (HubProcess, LocalHub, OVOSHub):
         monkeypatch.setattr(cls, "start", refuse)
+    monkeypatch.setattr(ServerProcess, "spawn", refuse)
 
 
 def hub_generations():

@@ -198,7 +198,7 @@ def test_a_turn_whose_owner_died_is_taken_over_and_run_again(replicas, redis_ser
     assert b.protocol.engine.asked == ["hello", "count 2"]
 
 
-@pytest.mark.parametrize("backend", ["memory", "redis"])
+@pytest.mark.parametrize("backend", ["memory", pytest.param("redis", marks=pytest.mark.hub)])
 def test_a_turn_record_is_claimed_once_and_done_with_what_was_said(backend, tmp_path,
                                                                     request):
     from hivemind_chat_agent.hub.conversation_store import DONE, RUNNING
