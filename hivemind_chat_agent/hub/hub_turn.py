@@ -103,10 +103,10 @@ class HubTurn:
                 if isinstance(sentence, str) and sentence.strip():
                     if not self.speak(sentence):
                         return
-        except Exception as e:
+        except Exception as e:   # logged before the satellite hears of it
+            LOG.warning(f"engine raised {type(e).__name__}: {e}")
             self.finish(failed=True, why=f"engine raised {type(e).__name__}",
                         reason=EndReason.ENGINE_ERROR)
-            LOG.warning(f"engine raised {type(e).__name__}: {e}")
             return
         finally:
             close = getattr(answer, "close", None)
