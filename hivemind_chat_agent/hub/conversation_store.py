@@ -174,10 +174,6 @@ class MemoryStore:
         for key in [k for k, (_, ended) in self._turns.items() if ended < cutoff]:
             del self._turns[key]
 
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self.transcripts)
-
 
 def record_to_json(record: TurnRecord) -> str:
     return json.dumps({"state": record.state, "owner": record.owner,

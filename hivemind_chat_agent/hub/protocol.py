@@ -304,9 +304,7 @@ class ChatAgentProtocol(AgentProtocol):
         began = sess.serialize()
         try:
             self.asides.follow(turn)
-            turn.converse(self.engine, sess, [
-                AgentMessage(role=_ROLES[role], content=text)
-                for role, text in engine_messages(begun.history, turn.utterance)])
+            turn.converse(self.engine, sess, _agent_messages(begun.history, turn.utterance))
             self._keep_session(turn.session_id, began)
         finally:
             self._forget_if_untracked(turn.session_id)
@@ -314,17 +312,17 @@ class ChatAgentProtocol(AgentProtocol):
     def _keep_session(self, session_id: str, began: Dict[str, Any]) -> None:
         """The Session as the engine left it, written only when it changed."""
         sess = SessionManager.sessions.get(session_id)
-        if sess is None or sess.serialize() == began:
+        now = sess.serialize() if sess is not None else began
+        if now == began:
             return
         try:
-            self.store.keep_session(session_id, sess.serialize())
+            self.store.keep_session(session_id, now)
         except ConversationStoreError as e:   # answered already; the next turn may fail
             LOG.warning(f"the session after a turn was not kept: {e}")
 
     def conversation(self, session_id: str, utterance: str) -> List[AgentMessage]:
         """What the engine gets: the session's last answered exchanges, then `utterance`."""
-        pairs = engine_messages(self.store.history(session_id), utterance)
-        return [AgentMessage(role=_ROLES[role], content=text) for role, text in pairs]
+        return _agent_messages(self.store.history(session_id), utterance)
 
     def record_exchange(self, turn: HubTurn, ended: str) -> None:
         """A turn ended: keep it in its session's transcript and its record (a replayed one
@@ -393,3 +391,8 @@ class ChatAgentProtocol(AgentProtocol):
         if callable(stop):
             stop()
 
+
+def _agent_messages(history: List[Exchange], utterance: str) -> List[AgentMessage]:
+    """The engine's `messages`: the answered exchanges of `history`, then `utterance`."""
+    return [AgentMessage(role=_ROLES[role], content=text)
+            for role, text in engine_messages(history, utterance)]
