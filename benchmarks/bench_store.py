@@ -4,11 +4,12 @@ with hivemind-chat-agent-plugin and the same echo engine, side by side in one ru
   baseline: history_turns 0, the memory store (what the plugin did before it kept history)
   measured: history_turns 10, conversation_store on a local redis-server
 
-each asked the same turns by its own HiveMindChatAgent in alternating blocks; the ratio of the
-median turn latencies is the figure (target <= 1.1x), in steady state (every session's history
-already full to 10 exchanges).
+each asked the same turns by its own HiveMindChatAgent, one turn each in turn (the order flips
+every round, so both see the same moments of a noisy machine: blocks of 40 turns gave ratios
+from 1.08x to 1.30x for the same code); the ratio of the median turn latencies is the figure
+(target <= 1.1x), in steady state (every session's history already full to 10 exchanges).
 
-    python benchmarks/bench_store.py [--sessions 4] [--blocks 6] [--turns 40]
+    python benchmarks/bench_store.py [--sessions 4] [--rounds 600]
 
 Needs redis-server on PATH (Debian's package).
 """
@@ -29,22 +30,18 @@ from servers import RedisServer  # noqa: E402
 from hivemind_chat_agent import HiveMindChatAgent  # noqa: E402
 
 
-def turn_times(agent, sessions, turns):
-    times = []
-    for i in range(turns):
-        started = time.perf_counter()
-        answer = agent.get_response("an echo of some typical length for a voice assistant",
-                                    session_id=f"bench-{i % sessions}")
-        times.append(time.perf_counter() - started)
-        assert answer, "no answer"
-    return times
+def turn_time(agent, session_id) -> float:
+    started = time.perf_counter()
+    answer = agent.get_response("an echo of some typical length for a voice assistant",
+                                session_id=session_id)
+    assert answer, "no answer"
+    return time.perf_counter() - started
 
 
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--sessions", type=int, default=4)
-    parser.add_argument("--blocks", type=int, default=6)
-    parser.add_argument("--turns", type=int, default=40)
+    parser.add_argument("--rounds", type=int, default=600)
     parser.add_argument("--diagnose", action="store_true",
                         help="also history in memory, and Redis without history")
     args = parser.parse_args()
@@ -61,12 +58,13 @@ def main():
         for name, hub in hubs.items():
             hub.start()
             agents[name] = HiveMindChatAgent(hub.add_client(name=name).agent_config(timeout=30))
-            turn_times(agents[name], args.sessions, args.sessions * 12)   # histories full
+            for i in range(args.sessions * 12):    # every session's history full
+                turn_time(agents[name], f"bench-{i % args.sessions}")
         samples = {name: [] for name in hubs}
-        for block in range(args.blocks):
-            order = list(hubs) if block % 2 == 0 else list(reversed(hubs))
+        for i in range(args.rounds):
+            order = list(hubs) if i % 2 == 0 else list(reversed(hubs))
             for name in order:
-                samples[name] += turn_times(agents[name], args.sessions, args.turns)
+                samples[name].append(turn_time(agents[name], f"bench-{i % args.sessions}"))
         medians = {name: statistics.median(times) * 1000 for name, times in samples.items()}
         ratio = medians["history+redis"] / medians["baseline"]
         for name, median in medians.items():

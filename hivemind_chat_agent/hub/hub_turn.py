@@ -9,13 +9,24 @@ from typing import Any, Dict, List, Protocol
 
 from ovos_bus_client.message import Message
 from ovos_bus_client.session import SessionManager
+from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
 from ovos_utils.log import LOG
 
 from hivemind_chat_agent.core.clock import Clock
 from hivemind_chat_agent.core.protocol_names import HANDLED_TYPE, SPEAK_TYPE, UNMATCHED_TYPE
-from hivemind_chat_agent.core.transcript import ANSWERED, STOPPED
+from hivemind_chat_agent.core.transcript import ANSWERED, STOPPED, Exchange, engine_messages
 from hivemind_chat_agent.core.turns import EndReason
 from hivemind_chat_agent.hub.settings import PLUGIN_NAME, HubSettings
+
+
+_ROLES = {"user": MessageRole.USER, "assistant": MessageRole.ASSISTANT}
+
+
+def agent_messages(history: List[Exchange], utterance: str) -> List[AgentMessage]:
+    """The engine's `messages` (turns and QUERYs alike): the answered exchanges of `history`,
+    then `utterance`."""
+    return [AgentMessage(role=_ROLES[role], content=text)
+            for role, text in engine_messages(history, utterance)]
 
 
 class TurnHost(Protocol):

@@ -21,14 +21,14 @@ from typing import Any, Dict, Iterator, List, Optional
 from hivemind_plugin_manager.protocols import AgentProtocol, ClientCallbacks
 from ovos_bus_client.message import Message
 from ovos_bus_client.session import Session, SessionManager
-from ovos_plugin_manager.templates.agents import AgentMessage, ChatEngine, MessageRole
+from ovos_plugin_manager.templates.agents import ChatEngine
 from ovos_utils.log import LOG
 from ovos_utils.xdg_utils import xdg_data_home
 
 from hivemind_chat_agent import background, compat
 from hivemind_chat_agent.core.clock import Clock
 from hivemind_chat_agent.core.conversation import conversation_for_turn
-from hivemind_chat_agent.core.transcript import Exchange, engine_messages
+from hivemind_chat_agent.core.transcript import Exchange
 from hivemind_chat_agent.core.protocol_names import STOP_TYPES, UTTERANCE_TYPES
 from hivemind_chat_agent.core.turns import EndReason
 from hivemind_chat_agent.core.replies import first_utterance
@@ -38,7 +38,7 @@ from hivemind_chat_agent.hub.agent_bus import AgentBus
 from hivemind_chat_agent.hub.asides import Asides
 from hivemind_chat_agent.hub.connections import (connection_client, connection_closed,
                                                  connection_token, mark_closed)
-from hivemind_chat_agent.hub.hub_turn import HubTurn, OpenTurns
+from hivemind_chat_agent.hub.hub_turn import HubTurn, OpenTurns, agent_messages
 from hivemind_chat_agent.hub.stores import open_store
 from hivemind_chat_agent.hub.turn_records import run_here, turn_id_of
 from hivemind_chat_agent.hub.links import install_links, link_for
@@ -50,7 +50,6 @@ from hivemind_chat_agent.hub.settings import PLUGIN_NAME, HubSettings, load_engi
 
 __all__ = ["ChatAgentProtocol", "HubSettings", "PLUGIN_NAME", "load_engine"]
 
-_ROLES = {"user": MessageRole.USER, "assistant": MessageRole.ASSISTANT}
 QUERY_SESSION = "hivemind-query"   # the declared session id a client's QUERYs are kept under
 
 
@@ -304,7 +303,7 @@ class ChatAgentProtocol(AgentProtocol):
         began = sess.serialize()
         try:
             self.asides.follow(turn)
-            turn.converse(self.engine, sess, _agent_messages(begun.history, turn.utterance))
+            turn.converse(self.engine, sess, agent_messages(begun.history, turn.utterance))
             self._keep_session(turn.session_id, began)
         finally:
             self._forget_if_untracked(turn.session_id)
@@ -320,9 +319,9 @@ class ChatAgentProtocol(AgentProtocol):
         except ConversationStoreError as e:   # answered already; the next turn may fail
             LOG.warning(f"the session after a turn was not kept: {e}")
 
-    def conversation(self, session_id: str, utterance: str) -> List[AgentMessage]:
-        """What the engine gets: the session's last answered exchanges, then `utterance`."""
-        return _agent_messages(self.store.history(session_id), utterance)
+    def history(self, session_id: str) -> List[Exchange]:
+        """The session's kept exchanges, oldest first (a QUERY's engine gets them)."""
+        return self.store.history(session_id)
 
     def record_exchange(self, turn: HubTurn, ended: str) -> None:
         """A turn ended: keep it in its session's transcript and its record (a replayed one
@@ -341,14 +340,17 @@ class ChatAgentProtocol(AgentProtocol):
         except ConversationStoreError as e:   # the satellite has its answer
             LOG.warning(f"a turn's exchange and record were not kept: {e}")
 
-    def record(self, session_id: str, utterance: str, sentences: List[str], ended: str) -> None:
-        """Keep an exchange in the session's transcript, unless the session is gone (a turn
-        that outlived its satellite must not bring the session back)."""
+    def record(self, session_id: str, utterance: str, sentences: List[str], ended: str,
+               earlier: List[Exchange]) -> None:
+        """Keep an exchange in the session's transcript (`earlier`: the history its answer
+        began with), unless the session is gone (a turn that outlived its satellite must not
+        bring the session back)."""
         with self._satellites_lock:
             if session_id not in self.satellites:
                 return
         try:
-            self.store.record(session_id, Exchange(utterance, "\n".join(sentences), ended))
+            self.store.finish(session_id, "", Exchange(utterance, "\n".join(sentences), ended),
+                              sentences, earlier, keep_exchange=True)
         except ConversationStoreError as e:   # the satellite has its answer; history lacks it
             LOG.warning(f"an exchange was not kept: {e}")
 
@@ -391,8 +393,3 @@ class ChatAgentProtocol(AgentProtocol):
         if callable(stop):
             stop()
 
-
-def _agent_messages(history: List[Exchange], utterance: str) -> List[AgentMessage]:
-    """The engine's `messages`: the answered exchanges of `history`, then `utterance`."""
-    return [AgentMessage(role=_ROLES[role], content=text)
-            for role, text in engine_messages(history, utterance)]

@@ -11,14 +11,15 @@ from collections import deque
 from typing import Any, Callable, Deque, Iterator, List, Optional, Protocol
 
 from ovos_bus_client.session import Session, SessionManager
-from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
+from ovos_plugin_manager.templates.agents import AgentMessage
 from ovos_utils.log import LOG
 
 from hivemind_chat_agent.compat import register_session as register
 from hivemind_chat_agent.core.clock import Clock
-from hivemind_chat_agent.core.transcript import ANSWERED, STOPPED
+from hivemind_chat_agent.core.transcript import ANSWERED, STOPPED, Exchange
 from hivemind_chat_agent.core.turns import EndReason
 from hivemind_chat_agent.errors import ConversationStoreError
+from hivemind_chat_agent.hub.hub_turn import agent_messages
 from hivemind_chat_agent.hub.serial_executor import KeyedSerialExecutor, QueueFull
 from hivemind_chat_agent.hub.settings import HubSettings
 
@@ -30,12 +31,12 @@ class QueryHost(Protocol):
     settings: HubSettings
     clock: Clock
 
-    def conversation(self, session_id: str, utterance: str) -> List[AgentMessage]:
-        """The session's kept exchanges, then `utterance`, as the engine's messages."""
+    def history(self, session_id: str) -> List[Exchange]:
+        """The session's kept exchanges, oldest first."""
 
-    def record(self, session_id: str, utterance: str, sentences: List[str],
-               ended: str) -> None:
-        """Keep an exchange in the session's transcript."""
+    def record(self, session_id: str, utterance: str, sentences: List[str], ended: str,
+               earlier: List[Exchange]) -> None:
+        """Keep an exchange in the session's transcript (`earlier`: what `history` gave)."""
 
 
 _END = object()
@@ -96,8 +97,8 @@ def stream_answer(protocol: QueryHost, utterance: str, lang: str,
         return
     session_id = f"hivemind-query-{uuid.uuid4().hex}"
     try:
-        messages = protocol.conversation(history, utterance) if history else \
-            [AgentMessage(role=MessageRole.USER, content=utterance)]
+        earlier = protocol.history(history) if history else []   # read once, kept with it
+        messages = agent_messages(earlier, utterance)
     except ConversationStoreError as e:
         LOG.warning(f"not answering a QUERY: {e}")
         yield None
@@ -133,5 +134,5 @@ def stream_answer(protocol: QueryHost, utterance: str, lang: str,
         answer.abandoned.set()
         if history:     # a consumer that stopped listening heard what it was given
             protocol.record(history, utterance, said, ended or (
-                STOPPED if said else EndReason.NOT_UNDERSTOOD.value))
+                STOPPED if said else EndReason.NOT_UNDERSTOOD.value), earlier)
     yield None

@@ -57,47 +57,50 @@ class RedisStore:
         """Appended, then the oldest trimmed to the bounds. Turns of one session come one at a
         time (the satellite waits for each answer), so read-then-trim needs no transaction."""
         if self.history_turns:
-            with self._redis.pipeline(transaction=False) as pipe:
-                self._append(pipe, session_id, exchange, self.history(session_id))
-                self._call(pipe.execute)
+            self._run(*self._append(session_id, exchange, self.history(session_id)))
 
     def begin(self, session_id: str, turn_id: str) -> Begun:
         self._beat()
-        mine = record_to_json(TurnRecord(RUNNING, self.owner))
-        with self._redis.pipeline(transaction=False) as pipe:
-            if turn_id:
-                pipe.set(_turn(session_id, turn_id), mine, nx=True, ex=int(TURN_RECORD_TTL))
-            pipe.get(_session(session_id))
-            pipe.lrange(_history(session_id), 0, -1)
-            replies = self._call(pipe.execute)
-        claimed, raw_session, raw_history = replies if turn_id else [True] + replies
+        commands = [("GET", _session(session_id))]
+        if self.history_turns:
+            commands.append(("LRANGE", _history(session_id), 0, -1))
+        if turn_id:
+            mine = record_to_json(TurnRecord(RUNNING, self.owner))
+            commands.append(("SET", _turn(session_id, turn_id), mine, "NX", "EX",
+                             int(TURN_RECORD_TTL)))
+        replies = self._run(*commands)
+        claimed = replies[-1] if turn_id else True
         record = None if claimed else self.turn_record(session_id, turn_id)
-        history = [e for e in map(exchange_from_json, raw_history) if e is not None]
-        return Begun(record, _json_dict(raw_session),
-                     history if self.history_turns else [])
+        history = [e for e in map(exchange_from_json, replies[1])
+                   if e is not None] if self.history_turns else []
+        return Begun(record, _json_dict(replies[0]), history)
 
     def finish(self, session_id: str, turn_id: str, exchange: Exchange, sentences: List[str],
                earlier: List[Exchange], keep_exchange: bool) -> None:
-        with self._redis.pipeline(transaction=False) as pipe:
-            if keep_exchange and self.history_turns:
-                self._append(pipe, session_id, exchange, earlier)
-            if turn_id:
-                done = TurnRecord(DONE, self.owner, list(sentences), exchange.ended)
-                pipe.set(_turn(session_id, turn_id), record_to_json(done),
-                         ex=int(TURN_RECORD_TTL))
-            self._call(pipe.execute)
+        commands = []
+        if keep_exchange and self.history_turns:
+            commands += self._append(session_id, exchange, earlier)
+        if turn_id:
+            done = TurnRecord(DONE, self.owner, list(sentences), exchange.ended)
+            commands.append(("SET", _turn(session_id, turn_id), record_to_json(done), "EX",
+                             int(TURN_RECORD_TTL)))
+        if commands:
+            self._run(*commands)
 
-    def _append(self, pipe, session_id: str, exchange: Exchange,
-                earlier: List[Exchange]) -> None:
+    def _append(self, session_id: str, exchange: Exchange,
+                earlier: List[Exchange]) -> List[tuple]:
+        """The commands that append `exchange` to the history that was `earlier`, within the
+        bounds, and renew its TTL."""
         key = _history(session_id)
         drop = bounded(earlier, exchange, self.history_turns, self.history_bytes)
-        pipe.rpush(key, exchange_to_json(clip(exchange, self.history_bytes)))
+        commands = [("RPUSH", key, exchange_to_json(clip(exchange, self.history_bytes)))]
         if drop:
-            pipe.ltrim(key, drop, -1)
-        pipe.expire(key, self._ttl)
+            commands.append(("LTRIM", key, drop, -1))
+        commands.append(("EXPIRE", key, self._ttl))
+        return commands
 
     def keep_session(self, session_id: str, session: Dict[str, Any]) -> None:
-        self._call(self._redis.set, _session(session_id), json.dumps(session), ex=self._ttl)
+        self._run(("SET", _session(session_id), json.dumps(session), "EX", self._ttl))
 
     def forget(self, session_id: str) -> None:
         """Kept until its TTL: the satellite may continue on another replica."""
@@ -178,6 +181,28 @@ class RedisStore:
                 self._redis.set(_alive(self.owner), "1", ex=ALIVE_FOR)
             except redis.RedisError:
                 pass     # Redis is down: turns fail anyway; renewed when it is back
+
+    def _run(self, *commands: tuple) -> List[Any]:
+        """`commands` in one round trip on one pooled connection, their replies in order: a
+        pipeline without redis-py's pipeline objects, which cost twice the CPU per turn
+        (benchmarks/bench_store.py; the begin and the end of every turn come here). A
+        connection that failed is dropped, never handed back with unread replies."""
+        pool = self._redis.connection_pool
+        try:
+            try:
+                connection = pool.get_connection()
+            except TypeError:      # redis-py before 5.3 wants a command name (any)
+                connection = pool.get_connection("GET")
+        except redis.RedisError as e:
+            raise self._error(e) from None
+        try:
+            connection.send_packed_command(connection.pack_commands(commands))
+            return [connection.read_response() for _ in commands]
+        except (redis.RedisError, OSError) as e:
+            connection.disconnect()
+            raise self._error(e) from None
+        finally:
+            pool.release(connection)
 
     def _call(self, method, *args, **kwargs) -> Any:
         try:
