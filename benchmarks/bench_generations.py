@@ -6,7 +6,7 @@ next to a baseline measured in the same run.
 The hub is the stock path of a 5.x OVOS hub, each part in its own process on 127.0.0.1:
 `hivemind-core listen` (5.3.10a1) + hivemind-ovos-agent-plugin 0.5.3a1 -> ovos-messagebus -> an
 answering service that replies `speak` + `ovos.utterance.handled` as skills do
-(bench_hub.py --responder). Measured:
+(tests/stock_hub.py --answer). Measured:
   1. the first turn of a new session_id on an agent that is already connected, against a warm
      turn of a known session (interleaved, medians): no handshake per session (target <= 1.5x);
   2. a fresh agent's connect + first turn, against hivemind-bus-client's own

@@ -44,46 +44,6 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 # ---------------------------------------------------------------------------------------------
-# The answering service of the stock path (runs as `bench_hub.py --responder PORT`)
-# ---------------------------------------------------------------------------------------------
-def responder_main(port: int) -> None:
-    """Answers every `recognizer_loop:utterance` on the OVOS bus like a skill would: `speak`
-    then `ovos.utterance.handled`, both built with Message.reply so the context (destination =
-    the satellite's peer, session, turn tags) goes back to the HiveMind agent plugin."""
-    from ovos_bus_client import MessageBusClient
-    from ovos_utils.log import LOG
-    from pyee import EventEmitter
-    LOG.set_level("ERROR")
-    bus = MessageBusClient(host="127.0.0.1", port=port, emitter=EventEmitter())
-
-    def on_utterance(message):
-        utterance = (message.data.get("utterances") or [""])[0]
-        lang = (message.context.get("session") or {}).get("lang") or "en-US"
-        bus.emit(message.reply("speak", {"utterance": f"you said {utterance}",
-                                         "expect_response": False, "lang": lang,
-                                         "meta": {"skill": "bench.echo"}}))
-        bus.emit(message.reply("ovos.utterance.handled", {}))
-
-    bus.on("recognizer_loop:utterance", on_utterance)
-    bus.run_in_thread()
-    if not bus.connected_event.wait(30):
-        print("responder could not connect", flush=True)
-        sys.exit(1)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    print("READY", flush=True)
-    try:
-        stop.wait()
-    except KeyboardInterrupt:
-        pass
-    bus.close()
-
-
-if __name__ == "__main__" and sys.argv[1:2] == ["--responder"]:
-    responder_main(int(sys.argv[2]))
-    sys.exit(0)
-
-# ---------------------------------------------------------------------------------------------
 sys.path.insert(0, TESTS)
 from hubs import HubProcess, free_port  # noqa: E402
 import hub_venvs  # noqa: E402
@@ -239,8 +199,8 @@ def stock_hub(log_level=None) -> HubProcess:
     venv = "hub-4.0" if GENERATION["value"] == "4.0" else None    # same venv as ours
     stock_bin = os.path.join(hub_venvs.ensure_venv(venv), "bin") if venv else BIN
     Proc("messagebus", [os.path.join(stock_bin, "ovos-messagebus")], home, ready_port=bus_port)
-    Proc("responder", [os.path.join(stock_bin, "python"), os.path.abspath(__file__),
-                       "--responder", str(bus_port)], home, ready_line="READY")
+    Proc("responder", [os.path.join(stock_bin, "python"), os.path.join(TESTS, "stock_hub.py"),
+                       "--answer", str(bus_port)], home, ready_line="READY")
     return start_hub({"module": "hivemind-ovos-agent-plugin",
                       "hivemind-ovos-agent-plugin": {"host": "127.0.0.1", "port": bus_port}},
                      log_level, venv=venv)

@@ -93,3 +93,26 @@ async def streamed_turn(port, text, conversation_id="s1"):
             events.append(event)
             if event.type in ("handled-stop", "not-handled", "handled"):
                 return events
+
+
+def load_phases(port, prefix, utterance, answered):
+    """Home Assistant's load on one hub (issue 20): 20 new conversations one after another,
+    20 at once, then 40 turns of the first 20. `utterance(phase, i)` is what is said,
+    `answered(said, reply_text)` whether the reply is its answer; returns the turns that got
+    none, as (conversation, said, what came instead)."""
+    lost = []
+
+    async def one(phase, i, conversation):
+        said = utterance(phase, i)
+        result = await ha_turn(port, said, conversation_id=conversation)
+        if not (isinstance(result, Handled) and answered(said, result.text or "")):
+            lost.append((conversation, said, getattr(result, "text", result)))
+
+    async def phases():
+        for i in range(20):
+            await one("first", i, f"{prefix}-one-after-another-{i}")
+        await asyncio.gather(*(one("at once", i, f"{prefix}-at-once-{i}") for i in range(20)))
+        for i in range(40):
+            await one("steady", i, f"{prefix}-one-after-another-{i % 20}")
+    asyncio.run(phases())
+    return lost

@@ -19,11 +19,12 @@ def test_a_connect_waits_for_turns_in_flight_but_never_longer_than_max_wait():
         assert clock.now() == start
 
 
-def waited_behind(held: str, waiting: str, released_after: float) -> float:
+def waited_behind(held: str, waiting: str, released_after: float,
+                  changes_last: float = 0.0) -> float:
     """How long `gate.<waiting>()` waits while `gate.<held>()` is held and released
     `released_after` seconds later, as another thread would."""
     clock = FakeClock()
-    gate = ChurnGate(max_wait=1.0, clock=clock)
+    gate = ChurnGate(max_wait=1.0, clock=clock, changes_last=changes_last)
     with ExitStack() as holder:
         holder.enter_context(getattr(gate, held)())
         clock.call_later(released_after, holder.close)
@@ -38,6 +39,14 @@ def test_a_connect_goes_as_soon_as_the_turns_in_flight_end():
 
 def test_a_turn_waits_for_a_connect_in_progress():
     assert waited_behind("change", "turn", 0.2) == 0.2
+
+
+def test_a_turn_waits_for_a_slow_connect_as_long_as_connects_may_take():
+    """20 parallel 4.0 handshakes took 2 s on a loaded machine: a turn let go after max_wait
+    (1 s) met the hub's client table still changing (tests/test_stock_hub_load.py)."""
+    assert waited_behind("change", "turn", 2.0, changes_last=12.0) == 2.0
+    assert waited_behind("change", "turn", 20.0, changes_last=12.0) == 12.0   # still bounded
+    assert waited_behind("turn", "change", 2.0, changes_last=12.0) == 1.0     # max_wait
 
 
 def test_concurrent_turns_are_spaced_and_sequential_ones_never_delayed():

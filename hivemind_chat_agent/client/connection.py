@@ -44,6 +44,9 @@ from hivemind_chat_agent.core.replies import ReplyKind, parse_reply
 from hivemind_chat_agent.errors import ConnectionLostError, HiveMindChatError, HubUnreachableError
 
 
+CLOSE_ACKNOWLEDGED_WITHIN = 2.0   # seconds a close waits for the hub's close (stock 4.0 hubs)
+
+
 class HubConnection:
     """One websocket to the hub. On a 4.x hub it carries one session's turns (the hub binds the
     HELLO's Session to the connection); on a hub whose channel says it reads every message's
@@ -79,6 +82,10 @@ class HubConnection:
         self._ended = threading.Event()     # closed (link.error says why, when it knows)
         self.topic = topic or UtteranceTopic(config.utterance_topic)
         self.retired = False                # the pool gives it no new turns
+        # a stock 4.0 hub plugin forwards replies while the hub's client table changes: our
+        # HELLO and close wait until the hub has acted on them (client/churn_gate.py)
+        self.acknowledge_changes = False
+        self._close_wait = 0.0      # how long the close under way waits for the hub's
         self._thread: Optional[threading.Thread] = None
         self.last_used = clock.now()
         self.leases = 0                     # turns holding this connection (the pool's lock)
@@ -129,6 +136,8 @@ class HubConnection:
             raise self.link.error
         if self.link.is_closed:
             raise ConnectionLostError("the connection was closed while it was being opened")
+        if self.session_id:       # its HELLO went out with the handshake
+            self._until_hub_read_hello()
         return self
 
     def claim(self, session: Session) -> "HubConnection":
@@ -139,7 +148,16 @@ class HubConnection:
             hello = self.link.claim(self._book.wire(session))
         self.session_id = session.session_id
         self._send_or_say_why(hello)
+        self._until_hub_read_hello()
         return self
+
+    def _until_hub_read_hello(self) -> None:
+        """A 4.x hub files the connection in its client table when it reads the HELLO; with
+        `acknowledge_changes`, return only once it has (a ping answered after the HELLO), so
+        no turn's traffic meets the table changing (at most connect_timeout)."""
+        if self.acknowledge_changes and not self._transport.hub_has_read(
+                self.config.connect_timeout):
+            LOG.debug("the hub did not answer a ping after our HELLO")
 
     def confirm(self, timeout: float) -> None:
         """Wait up to `timeout` for a fresh v3 connection's refusal and raise it. A 5.x hub
@@ -151,9 +169,13 @@ class HubConnection:
             raise self.link.error
 
     def close(self) -> None:
-        """Close the socket and end the socket thread; waiting turns end as LOST."""
+        """Close the socket and end the socket thread; waiting turns end as LOST. With
+        `acknowledge_changes`, an open connection first waits (at most CLOSE_ACKNOWLEDGED_WITHIN)
+        for the hub's answering close: the hub has then taken it out of its client table."""
+        if self.acknowledge_changes and self.alive:
+            self._close_wait = CLOSE_ACKNOWLEDGED_WITHIN
         self._feed(self.link.close)
-        self._transport.stop()
+        self._stop_transport()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=2)
@@ -285,6 +307,13 @@ class HubConnection:
                 LOG.warning(f"closing the connection to the hub: {reason}")
             self.turns.lose_all(reason, kind)
         if decision.close or decision.failed is not None:
+            self._stop_transport()
+
+    def _stop_transport(self) -> None:
+        wait, self._close_wait = self._close_wait, 0.0
+        if wait:
+            self._transport.stop(wait_for_hub=wait)
+        else:
             self._transport.stop()
 
     def _on_bus(self, payload: Any) -> None:

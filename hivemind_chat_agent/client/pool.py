@@ -25,7 +25,7 @@ from ovos_utils.log import LOG
 from hivemind_chat_agent import background
 from hivemind_chat_agent.client.churn_gate import ChurnGate
 from hivemind_chat_agent.client.config import ClientConfig
-from hivemind_chat_agent.client.connection import HubConnection
+from hivemind_chat_agent.client.connection import CLOSE_ACKNOWLEDGED_WITHIN, HubConnection
 from hivemind_chat_agent.client.spares import Spares
 from hivemind_chat_agent.errors import (AgentClosedError, HandshakeTimeoutError,
                                         HiveMindChatError, HubUnreachableError)
@@ -59,7 +59,8 @@ class ConnectionPool:
         self._stop = threading.Event()
         self._reaper: Optional[threading.Thread] = None
         self.gate = ChurnGate(config.churn_guard,    # turns hold `gate.turn()`
-                              stagger=0.025 if config.churn_guard > 0 else 0.0)
+                              stagger=0.025 if config.churn_guard > 0 else 0.0,
+                              changes_last=config.connect_timeout + CLOSE_ACKNOWLEDGED_WITHIN)
         self.spares = Spares(config.spare_connections, self._open_spare, self._busy)
 
     def acquire(self, session: Session) -> HubConnection:
@@ -206,6 +207,7 @@ class ConnectionPool:
     def _connect_to(self, config: ClientConfig, session: Optional[Session]) -> HubConnection:
         with self.gate.change():
             conn = self._factory(config, session)
+            conn.acknowledge_changes = self.gate.max_wait > 0   # not relaxed (churn_gate.py)
             with self._lock:
                 self._check_open()
                 self._connecting.add(conn)      # so close_all() can end the connect at once

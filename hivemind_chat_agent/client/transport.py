@@ -11,7 +11,8 @@ import functools
 import socket
 import ssl
 import threading
-from typing import Any, List, Optional
+import uuid
+from typing import Any, Dict, List, Optional
 
 import pybase64
 from hivemind_bus_client.client import HiveMessageBusClient
@@ -92,7 +93,11 @@ class Transport(HiveMessageBusClient):
         self._stopped = False
         self.channel: Optional[SecureChannel] = None    # set when the handshake completes
         self._send_lock = threading.Lock()   # Noise nonces: frames go out in sealed order
+        self._pongs: Dict[bytes, threading.Event] = {}   # pings awaiting their pong
+        self._hub_closed = threading.Event()   # the hub's close frame (or the socket's end)
+        self._socket_thread: Optional[threading.Thread] = None   # runs run_forever
         super().__init__(**kwargs)
+        self.client.on_pong = self.on_pong
 
     # The library's connect(), wait_for_handshake() and emit() are never called, so neither are
     # its connected/handshake events kept here: HubConnection tracks that state itself.
@@ -109,16 +114,39 @@ class Transport(HiveMessageBusClient):
 
     def on_error(self, *args):
         self.channel = None
+        self._hub_closed.set()
         error = args[-1] if args else None
         if isinstance(error, _FrameTooLarge):
             self._owner.on_socket_untrusted(Opened(Verdict.TOO_LARGE, why=str(error)))
             return
         self._owner.on_socket_error(error)
 
+    def on_pong(self, _app, data):
+        waiter = self._pongs.get(bytes(data or b""))
+        if waiter is not None:
+            waiter.set()
+
+    def hub_has_read(self, timeout: float) -> bool:
+        """Ping and wait (at most `timeout`) for the pong. The hub's tornado reads a
+        connection's frames in order and runs each message's handler before reading the next,
+        so the pong means every frame sent before the ping has been handled (our HELLO, and
+        with it the hub's client table changed). False if no pong came."""
+        token = uuid.uuid4().bytes
+        waiter = self._pongs[token] = threading.Event()
+        try:
+            with self._send_lock:
+                self.client.sock.ping(token)
+            return waiter.wait(timeout)
+        except Exception:        # closed meanwhile: nothing to wait for
+            return False
+        finally:
+            self._pongs.pop(token, None)
+
     def on_close(self, *args):
         """websocket-client passes the hub's close code and reason: a 5.x hub says why it
         refused (1008 "invalid api key", "... contradicts the pinned key")."""
         self.channel = None
+        self._hub_closed.set()
         code, reason = (args[-2], args[-1]) if len(args) >= 3 else (None, None)
         if isinstance(reason, bytes):
             reason = reason.decode("utf-8", "replace")
@@ -201,9 +229,12 @@ class Transport(HiveMessageBusClient):
             raise ConnectionLostError(f"could not send to the hub ({type(e).__name__}); the "
                                       "connection is gone and the next turn reconnects") from None
 
-    def stop(self):
+    def stop(self, wait_for_hub: float = 0.0):
         """End the socket thread now. `WebSocketApp.close()` alone leaves it blocked in select()
-        for up to its ping timeout; shutting the socket down wakes it at once."""
+        for up to its ping timeout; shutting the socket down wakes it at once. With
+        `wait_for_hub`, first wait (at most that long) for the hub's answering close frame:
+        tornado sends it as it drops the connection from its client table, so a frame sent
+        after it, on any connection, reaches a hub that has done so."""
         app = self.client
         app.keep_running = False
         self._stopped = True
@@ -220,7 +251,9 @@ class Transport(HiveMessageBusClient):
         try:
             ws.send_close()
         except Exception:
-            pass
+            wait_for_hub = 0.0
+        if wait_for_hub > 0 and threading.current_thread() is not self._socket_thread:
+            self._hub_closed.wait(wait_for_hub)
         try:
             raw.shutdown(socket.SHUT_RDWR)
         except OSError:
@@ -247,6 +280,7 @@ class Transport(HiveMessageBusClient):
         """Open the TCP (and TLS) connection ourselves, bounded by connect_timeout: websocket-
         client has no connect timeout, so a filtered address would hold this thread for minutes,
         past shutdown()."""
+        self._socket_thread = threading.current_thread()
         cfg = self._owner.config
         raw = None
         try:

@@ -1,0 +1,150 @@
+"""The stable HiveMind + OVOS install, minus ovos-core's seconds: hivemind-core 4.0.0 with the
+stock hivemind-ovos-agent-plugin 0.1.0 (`hivemind-core listen`), a genuine ovos-messagebus, and
+an answering service on that bus that replies to every utterance at once, as a skill would.
+
+    hub = StockOVOSHub().start(); creds = hub.add_client(); ...; hub.cleanup()
+    python tests/stock_hub.py --answer BUS_PORT      the answering service (the hub venv runs it)
+
+All three run from the cached "hub-4.0" venv (tests/hub_venvs.py), each with its own log in the
+hub's home. With `agent_protocol` another plugin sits in front of the same bus instead (ours in
+its OVOS mode, for instance).
+"""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import hub_venvs  # noqa: E402
+
+STOCK_PLUGIN = "hivemind-ovos-agent-plugin"
+
+
+def answering_service(port: int) -> None:
+    """Answers every `recognizer_loop:utterance` on the OVOS bus like a skill would: `speak`
+    ("you said ..."), then `ovos.utterance.handled`, both with Message.reply, so the context
+    (destination = the satellite's peer, session, the client's turn tags) goes back to the
+    HiveMind agent plugin."""
+    from ovos_bus_client import MessageBusClient
+    from ovos_utils.log import LOG
+    from pyee import EventEmitter
+    LOG.set_level("ERROR")
+    bus = MessageBusClient(host="127.0.0.1", port=port, emitter=EventEmitter())
+
+    def on_utterance(message):
+        utterance = (message.data.get("utterances") or [""])[0]
+        lang = (message.context.get("session") or {}).get("lang") or "en-US"
+        bus.emit(message.reply("speak", {"utterance": f"you said {utterance}",
+                                         "expect_response": False, "lang": lang,
+                                         "meta": {"skill": "test.echo"}}))
+        bus.emit(message.reply("ovos.utterance.handled", {}))
+
+    bus.on("recognizer_loop:utterance", on_utterance)
+    bus.run_in_thread()
+    if not bus.connected_event.wait(30):
+        print("the answering service could not connect", flush=True)
+        sys.exit(1)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    print("READY", flush=True)
+    stop.wait()
+    bus.close()
+
+
+class StockOVOSHub:
+    def __init__(self, agent_protocol=None):
+        from hubs import HubProcess, free_port
+        self.venv = hub_venvs.ensure_venv("hub-4.0")
+        self.bus_port = free_port()
+        self.agent_protocol = agent_protocol or {
+            "module": STOCK_PLUGIN, STOCK_PLUGIN: {"host": "127.0.0.1", "port": self.bus_port}}
+        self.hub = HubProcess(self.agent_protocol, generation="4.0")
+        self.home = self.hub.home
+        self.procs = []
+        config = os.path.join(self.home, "config", "mycroft", "mycroft.conf")
+        os.makedirs(os.path.dirname(config), exist_ok=True)
+        with open(config, "w") as f:   # the bus's port, for ovos-messagebus (same XDG home)
+            json.dump({"websocket": {"host": "127.0.0.1", "port": self.bus_port,
+                                     "route": "/core", "ssl": False,
+                                     "shared_connection": True, "max_msg_size": 25},
+                       "log_level": "WARNING"}, f)
+
+    @property
+    def port(self) -> int:
+        return self.hub.port
+
+    def _spawn(self, name: str, cmd):
+        log = open(os.path.join(self.home, f"{name}.log"), "a")
+        proc = subprocess.Popen(cmd, env=self.hub.env, stdout=subprocess.PIPE, stderr=log,
+                                text=True, start_new_session=True)
+        self.procs.append((proc, log))
+        return proc, log
+
+    def start(self) -> "StockOVOSHub":
+        try:
+            bus, _ = self._spawn("messagebus", [os.path.join(self.venv, "bin", "ovos-messagebus")])
+            threading.Thread(target=_drain, args=(bus, self.procs[-1][1]), daemon=True).start()
+            _wait_port(self.bus_port, bus, "ovos-messagebus")
+            answer, log = self._spawn("answering", [os.path.join(self.venv, "bin", "python"),
+                                                    os.path.abspath(__file__), "--answer",
+                                                    str(self.bus_port)])
+            for line in answer.stdout:     # whatever it logs first, then READY
+                if line.strip() == "READY":
+                    break
+                log.write(line)
+            else:
+                raise RuntimeError(f"the answering service did not start (see {log.name})")
+            threading.Thread(target=_drain, args=(answer, log), daemon=True).start()
+            self.hub.start()
+        except Exception:
+            self.cleanup()
+            raise
+        return self
+
+    def add_client(self, **kw):
+        return self.hub.add_client(**kw)
+
+    def logs(self) -> str:
+        return self.hub.logs()
+
+    def cleanup(self):
+        self.hub.cleanup()
+        for proc, log in reversed(self.procs):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait(10)
+            log.close()
+        self.procs = []
+
+
+def _drain(proc, log):
+    try:
+        for line in proc.stdout:
+            log.write(line)
+    except (ValueError, OSError):
+        pass
+
+
+def _wait_port(port: int, proc, name: str, timeout: float = 60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"{name} did not listen on {port} (exit code {proc.poll()})")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--answer"]:
+        answering_service(int(sys.argv[2]))
