@@ -35,6 +35,9 @@ EXTRAS = {
     "wyoming": ["wyoming>=1.7.0,<2"],
     # `hivemind-chat wyoming --zeroconf`: Home Assistant discovers the service
     "zeroconf": ["wyoming>=1.7.0,<2", "zeroconf>=0.88.0,<1", "ifaddr>=0.2.0"],
+    # `hivemind-chat openai`: the OpenAI chat API (Starlette routes served by uvicorn, the
+    # ASGI pair Open WebUI and most OpenAI-compatible servers run on)
+    "openai": ["starlette>=0.37,<2", "uvicorn>=0.27,<1"],
     # the Redis conversation store (hub replicas, docs/scale-out.md): the `redis` client and
     # its connection pool; 5.0 is the oldest line upstream still maintains, the suite runs 7.4
     "redis": ["redis>=5.0,<8"],
@@ -43,8 +46,9 @@ EXTRAS = {
               "py-spy>=0.3"],
 }
 EXTRAS["test"] = sorted(set(EXTRAS["hub"] + EXTRAS["demo"] + EXTRAS["wyoming"] +
-                            EXTRAS["redis"]) | {
-    "pytest>=8", "pexpect>=4.8", "ovos-persona>=0.9.0a1"})
+                            EXTRAS["redis"] + EXTRAS["openai"]) | {
+    "pytest>=8", "pexpect>=4.8", "ovos-persona>=0.9.0a1",
+    "openai>=1.40"})     # the official client, as Open WebUI-style callers use the API
 
 setup(
     name="hivemind-chat-agent",

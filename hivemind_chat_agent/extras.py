@@ -18,6 +18,7 @@ EXTRA_MODULES: Dict[str, Tuple[str, ...]] = {
     "wyoming": ("wyoming",),
     "zeroconf": ("zeroconf",),
     "redis": ("redis",),
+    "openai": ("starlette", "uvicorn"),
 }
 
 

@@ -50,7 +50,7 @@ class Server:
 
 
 async def ha_turn(port, text, conversation_id="c1", device_id="dev-1", satellite_id=None,
-                  language="en-US"):
+                  language="en-US", read_timeout=30):
     """One Assist turn as Home Assistant runs it: a connection, a Transcript, the answer."""
     context = {"conversation_id": conversation_id}
     if device_id:
@@ -60,7 +60,7 @@ async def ha_turn(port, text, conversation_id="c1", device_id="dev-1", satellite
     async with AsyncTcpClient("127.0.0.1", port) as client:
         await client.write_event(Transcript(text, context=context, language=language).event())
         while True:
-            event = await asyncio.wait_for(client.read_event(), 30)
+            event = await asyncio.wait_for(client.read_event(), read_timeout)
             if event is None:
                 raise ConnectionError("the server closed the connection without an answer")
             if Handled.is_type(event.type):
@@ -95,7 +95,7 @@ async def streamed_turn(port, text, conversation_id="s1"):
                 return events
 
 
-def load_phases(port, prefix, utterance, answered):
+def load_phases(port, prefix, utterance, answered, read_timeout=30):
     """Home Assistant's load on one hub (issue 20): 20 new conversations one after another,
     20 at once, then 40 turns of the first 20. `utterance(phase, i)` is what is said,
     `answered(said, reply_text)` whether the reply is its answer; returns the turns that got
@@ -104,7 +104,8 @@ def load_phases(port, prefix, utterance, answered):
 
     async def one(phase, i, conversation):
         said = utterance(phase, i)
-        result = await ha_turn(port, said, conversation_id=conversation)
+        result = await ha_turn(port, said, conversation_id=conversation,
+                               read_timeout=read_timeout)
         if not (isinstance(result, Handled) and answered(said, result.text or "")):
             lost.append((conversation, said, getattr(result, "text", result)))
 

@@ -335,11 +335,15 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     demo = bool(argv) and argv[0] == "demo"
     wyoming = bool(argv) and argv[0] == "wyoming"
-    if demo or wyoming:
+    openai = bool(argv) and argv[0] == "openai"
+    if demo or wyoming or openai:
         argv = argv[1:]
     if wyoming:
         from hivemind_chat_agent.bridges.wyoming_server import add_options
         parser = add_options(build_parser(chat=False))
+    elif openai:
+        from hivemind_chat_agent.bridges.openai_http import add_options as openai_options
+        parser = openai_options(build_parser(chat=False))
     else:
         parser = build_parser()
     args = parser.parse_args(argv)
@@ -359,6 +363,10 @@ def main(argv=None) -> int:
         if wyoming:
             from hivemind_chat_agent.bridges.wyoming_server import serve_from_cli
             return serve_from_cli(args, out, _agent_config(args))
+        if openai:
+            require("openai", "hivemind-chat openai (the OpenAI chat API)")
+            from hivemind_chat_agent.bridges.openai_http import serve_from_cli as serve_openai
+            return serve_openai(args, out, _agent_config(args))
         from hivemind_chat_agent.client.agent import HiveMindChatAgent
         agent = HiveMindChatAgent(_agent_config(args))
         try:

@@ -1,0 +1,217 @@
+"""`hivemind-chat openai`: the OpenAI chat completions API in front of `HiveMindChatAgent`, so
+Open WebUI, LibreChat, n8n, LangChain or the `openai` client talk to an OVOS hub.
+
+Starlette and uvicorn (extra `[openai]`): the ASGI pair Open WebUI and most OpenAI-compatible
+servers in this field run on, maintained, with streaming responses and nothing else we do not
+use. Each request's latest user message is the utterance; the hub keeps the conversation in its
+OVOS Session, so which session a request continues is decided by
+core/openai_conversations.ConversationIndex (a header, the body's `user`, or its history).
+
+    GET  /v1/models              one model, "hivemind-chat" (any model name is accepted)
+    POST /v1/chat/completions    plain or `stream: true` (SSE chunks, then `data: [DONE]`)
+
+Binds 127.0.0.1 unless told otherwise, and refuses another address without an API key. Errors
+are OpenAI error objects naming what happened (the unreachable hub, the refused key, the
+timeout) with 401, 400, 502, 503 or 504.
+"""
+import hmac
+import json
+import time
+import uuid
+from typing import Any, AsyncIterator, Dict, List, Optional, Tuple
+
+from ovos_bus_client.session import Session, SessionManager
+from ovos_utils.log import LOG
+
+from hivemind_chat_agent.core.openai_conversations import (ConversationIndex, Continuation,
+                                                           content_text)
+from hivemind_chat_agent.core.outcomes import TurnStatus
+from hivemind_chat_agent.errors import (AuthenticationError, ConnectionLostError,
+                                        HiveMindChatError, HubUnreachableError,
+                                        PolicyDeniedError, TurnTimeoutError)
+
+MODEL = "hivemind-chat"
+MAX_BODY = 1 << 20      # bytes of a request body: a chat history, not an upload
+
+
+class APIError(Exception):
+    """An OpenAI error object to answer with."""
+
+    def __init__(self, status: int, message: str, kind: str = "invalid_request_error",
+                 code: Optional[str] = None):
+        super().__init__(message)
+        self.status, self.message, self.kind, self.code = status, message, kind, code
+
+    def body(self) -> Dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.kind, "param": None,
+                          "code": self.code}}
+
+
+def hub_error(e: HiveMindChatError) -> APIError:
+    """The agent's typed error as the HTTP status an OpenAI client understands."""
+    if isinstance(e, TurnTimeoutError):
+        return APIError(504, f"the OVOS hub did not answer in time: {e}", "timeout", "timeout")
+    if isinstance(e, PolicyDeniedError):
+        return APIError(503, f"the OVOS hub refused the utterance: {e}", "server_error",
+                        "hub_refused")
+    if isinstance(e, (HubUnreachableError, ConnectionLostError, AuthenticationError)):
+        return APIError(502, f"the OVOS hub is out of reach: {e}", "server_error",
+                        "hub_unreachable")
+    return APIError(502, f"the OVOS hub turn failed: {e}", "server_error", "hub_error")
+
+
+def utterance_of(body: Any) -> Tuple[str, List[Dict[str, Any]]]:
+    """The new utterance (the last message, a user's) and the messages; APIError 400 if the
+    body is not a chat request."""
+    if not isinstance(body, dict):
+        raise APIError(400, "the body must be a JSON object")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages or \
+            not all(isinstance(m, dict) for m in messages):
+        raise APIError(400, "'messages' must be a non-empty list of message objects",
+                       code="invalid_messages")
+    last = messages[-1]
+    text = content_text(last.get("content")).strip()
+    if last.get("role") != "user" or not text:
+        raise APIError(400, "the last message must be the user's, with text",
+                       code="invalid_messages")
+    return text, messages
+
+
+class OpenAIBridge:
+    """The API's logic, framework-free: a request's body and headers in, an answer or a stream
+    of chunks out. `api_key` None: no authentication (loopback only, see `serve`)."""
+
+    def __init__(self, agent, api_key: Optional[str] = None,
+                 index: Optional[ConversationIndex] = None):
+        self.agent = agent
+        self.api_key = api_key
+        self.index = index or ConversationIndex()
+
+    def caller(self, headers: Dict[str, str]) -> str:
+        """The caller's key (the index's namespace); APIError 401 if it is not the one."""
+        given = headers.get("authorization", "")
+        token = given[7:].strip() if given.lower().startswith("bearer ") else ""
+        if self.api_key is not None and not hmac.compare_digest(token.encode(),
+                                                                self.api_key.encode()):
+            raise APIError(401, "Incorrect API key provided: pass the server's key as "
+                                "'Authorization: Bearer <key>'", code="invalid_api_key")
+        return token
+
+    def continuation(self, key: str, headers: Dict[str, str], body: Dict[str, Any],
+                     messages: List[Dict[str, Any]]) -> Continuation:
+        where = self.index.continuation(key, headers, body.get("user"), messages)
+        if where.start_from is not None and where.session_id not in SessionManager.sessions:
+            SessionManager.sessions[where.session_id] = Session.deserialize(
+                {**where.start_from, "session_id": where.session_id})
+        return where
+
+    async def sentences(self, text: str, where: Continuation) -> AsyncIterator[str]:
+        """The hub's sentences; APIError when it failed before saying anything."""
+        try:
+            turn = await self.agent.abegin([{"role": "user", "content": text}],
+                                           session_id=where.session_id)
+        except HiveMindChatError as e:
+            raise hub_error(e) from None
+        said = 0
+        try:
+            async for sentence in turn:
+                said += 1
+                yield sentence
+        except HiveMindChatError as e:
+            if not said:
+                raise hub_error(e) from None
+            LOG.warning(f"an answer ended early: {type(e).__name__}: {e}")
+            return
+        if not said:
+            if turn.status is TurnStatus.TIMED_OUT:
+                raise APIError(504, "the OVOS hub did not answer in time", "timeout", "timeout")
+            raise APIError(502, "the OVOS hub had no answer for this utterance",
+                           "server_error", "not_understood")
+
+    def remember(self, key: str, where: Continuation, messages: List[Dict[str, Any]],
+                 answer: str) -> None:
+        if where.named:
+            return          # named conversations are found by their name
+        sess = SessionManager.sessions.get(where.session_id)
+        self.index.answered(key, where.session_id, messages, answer,
+                            sess.serialize() if sess is not None else None)
+
+    async def complete(self, headers: Dict[str, str], body: Any) -> Dict[str, Any]:
+        key, text, messages, where = self._begin(headers, body)
+        answer = "\n".join([s async for s in self.sentences(text, where)])
+        self.remember(key, where, messages, answer)
+        return {"id": completion_id(), "object": "chat.completion", "created": int(time.time()),
+                "model": model_of(body),
+                "choices": [{"index": 0, "finish_reason": "stop",
+                             "message": {"role": "assistant", "content": answer}}],
+                "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}}
+
+    async def stream(self, headers: Dict[str, str], body: Any) -> AsyncIterator[str]:
+        """SSE `data:` lines: the role, one chunk per sentence, the finish, `[DONE]`. Raises
+        APIError only before the first line (then the response is an error object)."""
+        key, text, messages, where = self._begin(headers, body)
+        chunk = chunk_maker(model_of(body))
+        sentences = self.sentences(text, where)
+        said: List[str] = []
+        try:
+            first = await sentences.__anext__()
+        except StopAsyncIteration:
+            first = None
+        yield sse(chunk({"role": "assistant", "content": ""}))
+        try:
+            if first is not None:
+                said.append(first)
+                yield sse(chunk({"content": first}))
+                async for sentence in sentences:
+                    said.append(sentence)
+                    yield sse(chunk({"content": "\n" + sentence}))
+        except APIError as e:       # after the headers: an error chunk, as OpenAI sends it
+            yield sse(e.body())
+        finally:
+            await sentences.aclose()
+        yield sse(chunk({}, finish="stop"))
+        yield "data: [DONE]\n\n"
+        self.remember(key, where, messages, "\n".join(said))
+
+    def _begin(self, headers: Dict[str, str], body: Any):
+        key = self.caller(headers)
+        text, messages = utterance_of(body)
+        return key, text, messages, self.continuation(key, headers, body, messages)
+
+
+def model_of(body: Dict[str, Any]) -> str:
+    model = body.get("model")
+    return model if isinstance(model, str) and model else MODEL
+
+
+def completion_id() -> str:
+    return f"chatcmpl-{uuid.uuid4().hex}"
+
+
+def chunk_maker(model: str):
+    cid, created = completion_id(), int(time.time())
+
+    def chunk(delta: Dict[str, Any], finish: Optional[str] = None) -> Dict[str, Any]:
+        return {"id": cid, "object": "chat.completion.chunk", "created": created,
+                "model": model, "choices": [{"index": 0, "delta": delta,
+                                             "finish_reason": finish}]}
+    return chunk
+
+
+def sse(data: Dict[str, Any]) -> str:
+    return f"data: {json.dumps(data, separators=(',', ':'))}\n\n"
+
+
+def models() -> Dict[str, Any]:
+    return {"object": "list", "data": [{"id": MODEL, "object": "model", "created": 0,
+                                        "owned_by": "hivemind"}]}
+
+
+async def first_line(lines: AsyncIterator[str]) -> Tuple[Optional[str], AsyncIterator[str]]:
+    """Run a stream to its first line, so an error before it can still be a status code."""
+    try:
+        return await lines.__anext__(), lines
+    except StopAsyncIteration:
+        return None, lines
+

@@ -1,0 +1,65 @@
+"""core/openai_conversations: which OVOS session an OpenAI chat request continues (no I/O)."""
+from hivemind_chat_agent.core.openai_conversations import ConversationIndex, content_text
+
+
+def user(text):
+    return {"role": "user", "content": text}
+
+
+def assistant(text):
+    return {"role": "assistant", "content": text}
+
+
+def test_a_name_wins_over_the_history_headers_first_then_user():
+    index = ConversationIndex()
+    by_header = index.continuation("k", {"x-openwebui-chat-id": "c1",
+                                         "x-conversation-id": "other"}, "ada", [user("hi")])
+    again = index.continuation("k", {"x-openwebui-chat-id": "c1"}, None,
+                               [user("a"), assistant("b"), user("hi")])
+    assert by_header.named and by_header.session_id == again.session_id
+    by_conversation = index.continuation("k", {"x-conversation-id": "c1"}, None, [user("hi")])
+    by_user = index.continuation("k", {}, "c1", [user("hi")])
+    assert len({by_header.session_id, by_conversation.session_id, by_user.session_id}) == 3
+    # one key never reaches another's conversations
+    assert index.continuation("k2", {}, "c1", [user("hi")]).session_id != by_user.session_id
+
+
+def test_a_history_continues_the_session_that_gave_its_last_answer():
+    index = ConversationIndex()
+    first = index.continuation("k", {}, None, [user("remember ada")])
+    index.answered("k", first.session_id, [user("remember ada")], "I will remember that")
+    later = index.continuation("k", {}, None, [user("remember ada"),
+                                               assistant("I will remember that"),
+                                               user("recall")])
+    assert later == first
+    # an edited history, or another key: a new session
+    assert index.continuation("k", {}, None, [user("remember bob"),
+                                              assistant("I will remember that"),
+                                              user("recall")]).session_id != first.session_id
+    assert index.continuation("k2", {}, None, [user("remember ada"),
+                                               assistant("I will remember that"),
+                                               user("recall")]).session_id != first.session_id
+
+
+def test_two_chats_that_began_alike_never_continue_inside_either():
+    index = ConversationIndex()
+    a = index.continuation("k", {}, None, [user("hello")])
+    b = index.continuation("k", {}, None, [user("hello")])
+    assert a.session_id != b.session_id
+    index.answered("k", a.session_id, [user("hello")], "hello there", {"lang": "en-US", "x": 1})
+    index.answered("k", b.session_id, [user("hello")], "hello there", {"lang": "en-US", "x": 2})
+    history = [user("hello"), assistant("hello there"), user("my name is ada")]
+    next_a, next_b = (index.continuation("k", {}, None, history) for _ in range(2))
+    assert {next_a.session_id, next_b.session_id}.isdisjoint({a.session_id, b.session_id})
+    assert next_a.session_id != next_b.session_id
+    assert next_a.start_from == {"lang": "en-US", "x": 1}     # the state after that answer
+
+
+def test_the_index_is_bounded_and_content_parts_count_as_text():
+    index = ConversationIndex(max_entries=3)
+    for i in range(10):
+        index.answered("k", f"s{i}", [user(f"q{i}")], "a")
+    assert len(index) == 3
+    assert content_text([{"type": "text", "text": "a"}, {"type": "image_url"},
+                         {"type": "text", "text": "b"}]) == "ab"
+    assert content_text(None) == "" and content_text("x") == "x"
