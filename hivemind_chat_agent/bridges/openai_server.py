@@ -158,11 +158,13 @@ class OpenAIBridge:
             first = await sentences.__anext__()
         except StopAsyncIteration:
             first = None
-        yield sse(chunk({"role": "assistant", "content": ""}))
+        role = sse(chunk({"role": "assistant", "content": ""}))
         try:
-            if first is not None:
+            if first is None:
+                yield role
+            else:     # one write: the client reads the role and the sentence together
                 said.append(first)
-                yield sse(chunk({"content": first}))
+                yield role + sse(chunk({"content": first}))
                 async for sentence in sentences:
                     said.append(sentence)
                     yield sse(chunk({"content": "\n" + sentence}))
