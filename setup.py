@@ -38,6 +38,9 @@ EXTRAS = {
     # `hivemind-chat openai`: the OpenAI chat API (Starlette routes served by uvicorn, the
     # ASGI pair Open WebUI and most OpenAI-compatible servers run on)
     "openai": ["starlette>=0.37,<2", "uvicorn>=0.27,<1"],
+    # `hivemind-chat mcp`: the official Model Context Protocol SDK (2.x: MCPServer, stdio and
+    # streamable HTTP)
+    "mcp": ["mcp>=2.0,<3"],
     # the Redis conversation store (hub replicas, docs/scale-out.md): the `redis` client and
     # its connection pool; 5.0 is the oldest line upstream still maintains, the suite runs 7.4
     "redis": ["redis>=5.0,<8"],
@@ -46,7 +49,7 @@ EXTRAS = {
               "py-spy>=0.3"],
 }
 EXTRAS["test"] = sorted(set(EXTRAS["hub"] + EXTRAS["demo"] + EXTRAS["wyoming"] +
-                            EXTRAS["redis"] + EXTRAS["openai"]) | {
+                            EXTRAS["redis"] + EXTRAS["openai"] + EXTRAS["mcp"]) | {
     "pytest>=8", "pexpect>=4.8", "ovos-persona>=0.9.0a1",
     "openai>=1.40"})     # the official client, as Open WebUI-style callers use the API
 

@@ -19,6 +19,7 @@ EXTRA_MODULES: Dict[str, Tuple[str, ...]] = {
     "zeroconf": ("zeroconf",),
     "redis": ("redis",),
     "openai": ("starlette", "uvicorn"),
+    "mcp": ("mcp",),
 }
 
 

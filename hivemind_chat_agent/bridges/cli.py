@@ -336,7 +336,8 @@ def main(argv=None) -> int:
     demo = bool(argv) and argv[0] == "demo"
     wyoming = bool(argv) and argv[0] == "wyoming"
     openai = bool(argv) and argv[0] == "openai"
-    if demo or wyoming or openai:
+    mcp = bool(argv) and argv[0] == "mcp"
+    if demo or wyoming or openai or mcp:
         argv = argv[1:]
     if wyoming:
         from hivemind_chat_agent.bridges.wyoming_server import add_options
@@ -344,6 +345,9 @@ def main(argv=None) -> int:
     elif openai:
         from hivemind_chat_agent.bridges.openai_http import add_options as openai_options
         parser = openai_options(build_parser(chat=False))
+    elif mcp:
+        from hivemind_chat_agent.bridges.mcp_server import add_options as mcp_options
+        parser = mcp_options(build_parser(chat=False))
     else:
         parser = build_parser()
     args = parser.parse_args(argv)
@@ -363,6 +367,12 @@ def main(argv=None) -> int:
         if wyoming:
             from hivemind_chat_agent.bridges.wyoming_server import serve_from_cli
             return serve_from_cli(args, out, _agent_config(args))
+        if mcp:
+            require("mcp", "hivemind-chat mcp (a Model Context Protocol server)")
+            from hivemind_chat_agent.bridges.mcp_server import check_args
+            from hivemind_chat_agent.bridges.mcp_server import serve_from_cli as serve_mcp
+            check_args(args)
+            return serve_mcp(args, out, _agent_config(args))
         if openai:
             require("openai", "hivemind-chat openai (the OpenAI chat API)")
             from hivemind_chat_agent.bridges.openai_http import serve_from_cli as serve_openai
