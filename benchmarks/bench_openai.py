@@ -19,7 +19,6 @@ import asyncio
 import http.client
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -29,7 +28,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 
-from hubs import HubProcess, free_port  # noqa: E402
+from hubs import HubProcess, free_port, wait_listening  # noqa: E402
 from report import Table, ms  # noqa: E402
 
 from ovos_utils.log import LOG  # noqa: E402
@@ -112,15 +111,12 @@ def serve_openai(creds, port: int) -> subprocess.Popen:
                              "--host", creds.host, "--port", str(creds.port), "--key", creds.key,
                              "--password", creds.password],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return proc
-        except OSError:
-            time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError("hivemind-chat openai did not start")
+    try:
+        wait_listening(port, 30, proc=proc, what="hivemind-chat openai")
+    except RuntimeError:
+        proc.kill()
+        raise
+    return proc
 
 
 def main():

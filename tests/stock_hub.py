@@ -12,11 +12,9 @@ its OVOS mode, for instance).
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -86,10 +84,11 @@ class StockOVOSHub:
         return proc, log
 
     def start(self) -> "StockOVOSHub":
+        from hubs import wait_listening
         try:
             bus, _ = self._spawn("messagebus", [os.path.join(self.venv, "bin", "ovos-messagebus")])
             threading.Thread(target=_drain, args=(bus, self.procs[-1][1]), daemon=True).start()
-            _wait_port(self.bus_port, bus, "ovos-messagebus")
+            wait_listening(self.bus_port, 60, proc=bus, what="ovos-messagebus")
             answer, log = self._spawn("answering", [os.path.join(self.venv, "bin", "python"),
                                                     os.path.abspath(__file__), "--answer",
                                                     str(self.bus_port)])
@@ -132,17 +131,6 @@ def _drain(proc, log):
             log.write(line)
     except (ValueError, OSError):
         pass
-
-
-def _wait_port(port: int, proc, name: str, timeout: float = 60):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"{name} did not listen on {port} (exit code {proc.poll()})")
 
 
 if __name__ == "__main__":

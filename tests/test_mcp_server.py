@@ -3,14 +3,12 @@ over stdio, or over streamable HTTP), against genuine hubs of both generations (
 test pipeline: tests/pipeline_agent.py)."""
 import asyncio
 import os
-import socket
 import subprocess
 import sys
-import time
 
 from mcp import Client, StdioServerParameters
 
-from hubs import free_port
+from hubs import free_port, wait_listening
 
 CLI = os.path.join(os.path.dirname(sys.executable), "hivemind-chat")
 
@@ -78,13 +76,7 @@ def test_over_streamable_http_conversations_remember_and_stay_apart(creds):
                                *hub_args(creds)], stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                time.sleep(0.05)
+        wait_listening(port, proc=server, what="hivemind-chat mcp --http")
         url = f"http://127.0.0.1:{port}/mcp"
 
         async def main():

@@ -1,14 +1,12 @@
 """`hivemind-chat openai` driven by the official `openai` client, against genuine hubs of both
 generations (the OVOS-like test pipeline: tests/pipeline_agent.py)."""
 import asyncio
-import socket
 import threading
-import time
 
 import openai
 import pytest
 
-from hubs import free_port
+from hubs import free_port, wait_listening
 from hivemind_chat_agent.bridges.openai_http import check_exposure, serve
 from hivemind_chat_agent.bridges.openai_server import OpenAIBridge
 from hivemind_chat_agent.errors import ConfigurationError
@@ -24,14 +22,7 @@ class Server:
         self.thread = threading.Thread(target=lambda: asyncio.run(serve(
             self.bridge, "127.0.0.1", self.port, started=self._started)), daemon=True)
         self.thread.start()
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
-                return
-            except OSError:
-                time.sleep(0.02)
-        raise RuntimeError("the OpenAI server did not start")
+        wait_listening(self.port, 10, what="the OpenAI server")
 
     def _started(self, server):
         self._server = server
@@ -65,7 +56,8 @@ def test_models_and_a_plain_answer(served):
     assert [m.id for m in client.models.list()] == ["hivemind-chat"]
     reply = client.chat.completions.create(model="gpt-4o", messages=[
         {"role": "system", "content": "you are helpful"}, {"role": "user", "content": "hello"}],
-        temperature=0.2, max_tokens=50, metadata={"a": "b"})
+        temperature=0.2, max_tokens=50, metadata={"a": "b"},
+        tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}])
     assert reply.object == "chat.completion" and reply.model == "gpt-4o"
     assert reply.choices[0].message.role == "assistant"
     assert reply.choices[0].message.content == "hello there"

@@ -331,25 +331,30 @@ def run_chat(agent, args, out: Output) -> int:
     return chat.interactive()
 
 
+# `hivemind-chat NAME ...`: the servers in front of the agent, each a module with
+# add_options(parser), an optional check_args(args) and serve_from_cli(args, out, config)
+SERVERS = {
+    "wyoming": ("wyoming", "hivemind-chat wyoming (Home Assistant's Wyoming Protocol)",
+                "hivemind_chat_agent.bridges.wyoming_server"),
+    "openai": ("openai", "hivemind-chat openai (the OpenAI chat API)",
+               "hivemind_chat_agent.bridges.openai_http"),
+    "mcp": ("mcp", "hivemind-chat mcp (a Model Context Protocol server)",
+            "hivemind_chat_agent.bridges.mcp_server"),
+}
+
+
 def main(argv=None) -> int:
+    import importlib
     argv = list(sys.argv[1:] if argv is None else argv)
-    demo = bool(argv) and argv[0] == "demo"
-    wyoming = bool(argv) and argv[0] == "wyoming"
-    openai = bool(argv) and argv[0] == "openai"
-    mcp = bool(argv) and argv[0] == "mcp"
-    if demo or wyoming or openai or mcp:
+    command = argv[0] if argv and (argv[0] == "demo" or argv[0] in SERVERS) else None
+    demo = command == "demo"
+    server = SERVERS.get(command or "")
+    if command:
         argv = argv[1:]
-    if wyoming:
-        from hivemind_chat_agent.bridges.wyoming_server import add_options
-        parser = add_options(build_parser(chat=False))
-    elif openai:
-        from hivemind_chat_agent.bridges.openai_http import add_options as openai_options
-        parser = openai_options(build_parser(chat=False))
-    elif mcp:
-        from hivemind_chat_agent.bridges.mcp_server import add_options as mcp_options
-        parser = mcp_options(build_parser(chat=False))
-    else:
-        parser = build_parser()
+    # a server's module imports only the standard library at the top: its options parse
+    # even where its extra is missing, which is then said by name
+    front = importlib.import_module(server[2]) if server else None
+    parser = front.add_options(build_parser(chat=False)) if front else build_parser()
     args = parser.parse_args(argv)
     out = Output(getattr(args, "json", False))
     # Ctrl-C belongs to this thread: the libraries start threads while they load (config
@@ -358,25 +363,15 @@ def main(argv=None) -> int:
     try:
         if demo:
             require("demo", "hivemind-chat demo (an embedded hub with a chatbot)")
-        if wyoming:
-            require("wyoming", "hivemind-chat wyoming (Home Assistant's Wyoming Protocol)")
+        if server:
+            require(server[0], server[1])
         _quiet_logs(args.verbose, demo)
         if demo:
             from hivemind_chat_agent.bridges.demo import run_demo
             return run_demo(args, out, run_chat)
-        if wyoming:
-            from hivemind_chat_agent.bridges.wyoming_server import serve_from_cli
-            return serve_from_cli(args, out, _agent_config(args))
-        if mcp:
-            require("mcp", "hivemind-chat mcp (a Model Context Protocol server)")
-            from hivemind_chat_agent.bridges.mcp_server import check_args
-            from hivemind_chat_agent.bridges.mcp_server import serve_from_cli as serve_mcp
-            check_args(args)
-            return serve_mcp(args, out, _agent_config(args))
-        if openai:
-            require("openai", "hivemind-chat openai (the OpenAI chat API)")
-            from hivemind_chat_agent.bridges.openai_http import serve_from_cli as serve_openai
-            return serve_openai(args, out, _agent_config(args))
+        if front:
+            getattr(front, "check_args", lambda args: None)(args)
+            return front.serve_from_cli(args, out, _agent_config(args))
         from hivemind_chat_agent.client.agent import HiveMindChatAgent
         agent = HiveMindChatAgent(_agent_config(args))
         try:
