@@ -155,8 +155,12 @@ class HubConnection:
         """A 4.x hub files the connection in its client table when it reads the HELLO; with
         `acknowledge_changes`, return only once it has (a ping answered after the HELLO), so
         no turn's traffic meets the table changing (at most connect_timeout)."""
-        if self.acknowledge_changes and not self._transport.hub_has_read(
-                self.config.connect_timeout):
+        if not self.acknowledge_changes or self.link.many_sessions:
+            return       # a 5.x hub's stock plugin iterates a copy of its table
+        if not self._transport.hub_has_read(self.config.connect_timeout):
+            if self.link.error is not None:      # refused right after the HELLO
+                self.close()
+                raise self.link.error
             LOG.debug("the hub did not answer a ping after our HELLO")
 
     def confirm(self, timeout: float) -> None:
@@ -172,7 +176,7 @@ class HubConnection:
         """Close the socket and end the socket thread; waiting turns end as LOST. With
         `acknowledge_changes`, an open connection first waits (at most CLOSE_ACKNOWLEDGED_WITHIN)
         for the hub's answering close: the hub has then taken it out of its client table."""
-        if self.acknowledge_changes and self.alive:
+        if self.acknowledge_changes and self.alive and not self.link.many_sessions:
             self._close_wait = CLOSE_ACKNOWLEDGED_WITHIN
         self._feed(self.link.close)
         self._stop_transport()

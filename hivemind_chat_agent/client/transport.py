@@ -114,7 +114,7 @@ class Transport(HiveMessageBusClient):
 
     def on_error(self, *args):
         self.channel = None
-        self._hub_closed.set()
+        self._hub_gone()
         error = args[-1] if args else None
         if isinstance(error, _FrameTooLarge):
             self._owner.on_socket_untrusted(Opened(Verdict.TOO_LARGE, why=str(error)))
@@ -124,6 +124,12 @@ class Transport(HiveMessageBusClient):
     def on_pong(self, _app, data):
         waiter = self._pongs.get(bytes(data or b""))
         if waiter is not None:
+            waiter.set()
+
+    def _hub_gone(self) -> None:
+        """The socket ended: nothing waits for a pong or a close any longer."""
+        self._hub_closed.set()
+        for waiter in list(self._pongs.values()):
             waiter.set()
 
     def hub_has_read(self, timeout: float) -> bool:
@@ -136,7 +142,7 @@ class Transport(HiveMessageBusClient):
         try:
             with self._send_lock:
                 self.client.sock.ping(token)
-            return waiter.wait(timeout)
+            return waiter.wait(timeout) and not self._hub_closed.is_set()
         except Exception:        # closed meanwhile: nothing to wait for
             return False
         finally:
@@ -146,7 +152,7 @@ class Transport(HiveMessageBusClient):
         """websocket-client passes the hub's close code and reason: a 5.x hub says why it
         refused (1008 "invalid api key", "... contradicts the pinned key")."""
         self.channel = None
-        self._hub_closed.set()
+        self._hub_gone()
         code, reason = (args[-2], args[-1]) if len(args) >= 3 else (None, None)
         if isinstance(reason, bytes):
             reason = reason.decode("utf-8", "replace")
