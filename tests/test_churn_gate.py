@@ -49,6 +49,22 @@ def test_a_turn_waits_for_a_slow_connect_as_long_as_connects_may_take():
     assert waited_behind("turn", "change", 2.0, changes_last=12.0) == 1.0     # max_wait
 
 
+def test_turns_beyond_the_cap_wait_for_one_to_end():
+    clock = FakeClock()
+    gate = ChurnGate(max_wait=1.0, stagger=0.0, clock=clock, changes_last=12.0, max_in_flight=2)
+    with ExitStack() as in_flight:
+        in_flight.enter_context(gate.turn())
+        in_flight.enter_context(gate.turn())
+        clock.call_later(0.4, in_flight.close)     # both end 0.4 s later
+        start = clock.now()
+        with gate.turn():                           # the third waits for them
+            assert round(clock.now() - start, 6) == 0.4
+    gate.relax()
+    with ExitStack() as in_flight:                 # relaxed: no cap
+        for _ in range(5):
+            in_flight.enter_context(gate.turn())
+
+
 def test_concurrent_turns_are_spaced_and_sequential_ones_never_delayed():
     clock = FakeClock()
     gate = ChurnGate(max_wait=1.0, stagger=0.05, clock=clock)

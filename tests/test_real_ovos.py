@@ -311,3 +311,24 @@ def test_spare_connections_greet_at_once_on_a_genuine_hub(ovos_creds, make_agent
     question, _ = timed(agent, "set an alarm", "spare-a")      # its own session goes on
     assert "time" in question.lower(), question
     assert "alarm is set for" in timed(agent, "in five hours", "spare-a")[0].lower()
+
+
+def test_home_assistant_load_loses_no_greeting_on_the_stock_4_0_plugin(ovos, ovos_creds,
+                                                                       make_agent, generation):
+    """tests/test_stock_hub_load.py's load through ovos-core 2.1.1 and hello-world (which
+    speaks with wait=True): 20 new conversations one after another, 20 at once, 40 more turns;
+    every greeting answered within the agent's timeout, and the stock plugin never lost its bus.
+    Before the agent capped its turns in flight (client/churn_gate.py), 20 at once came back in
+    waves 15 s apart and 1 of 20 timed out."""
+    if generation != "4.0":
+        pytest.skip("hivemind-ovos-agent-plugin 0.1.0 is the 4.0 generation's plugin")
+    from home_assistant import Server, load_phases
+    server = Server(make_agent(ovos_creds.agent_config()))
+    try:
+        lost = load_phases(server.port, "load", lambda phase, i: "hello world",
+                           lambda said, reply: "hello" in reply.lower(), read_timeout=120)
+    finally:
+        server.stop()
+    log = ovos.log_tail("hivemind", 10 ** 8)
+    assert lost == [], [line for line in log.splitlines() if "ERROR" in line][-20:]
+    assert "dictionary changed size" not in log

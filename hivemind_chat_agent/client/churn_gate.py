@@ -27,6 +27,12 @@ of each other (connects finishing together line them up) and blocks every thread
 first audio_output_end can be handled: measured, 6 simultaneous first turns took 7-15 s, spaced
 25 ms apart 0.6-0.8 s. A lone turn, or one after the last has ended, is never delayed.
 
+At most `max_in_flight` turns (4) are in flight at once: 25 ms apart is not enough when more
+greetings come at once than ovos-core has handler threads (6 on 2 cores). 20 new Home Assistant
+conversations at once through ovos-core 2.1.1 came back in waves 15 s apart (its `wait=True`
+timeout: every thread waiting for an audio end that no free thread could handle); a turn past
+the cap waits for one to end, which leaves two threads for the audio ends.
+
 Neither hazard exists where the hub answers through our own plugin (hivemind-chat-agent-plugin:
 bounded workers, no ovos-core handler pool behind it, a client table read with `dict.get`);
 the agent `relax()`es its gate once it hears that plugin speak, so conversations with a
@@ -41,12 +47,15 @@ from hivemind_chat_agent.core.clock import Clock
 
 class ChurnGate:
     def __init__(self, max_wait: float = 1.0, stagger: float = 0.025,
-                 clock: Clock = SYSTEM_CLOCK, changes_last: float = 0.0):
+                 clock: Clock = SYSTEM_CLOCK, changes_last: float = 0.0,
+                 max_in_flight: int = 0):
         """`changes_last`: the longest a connect or close can take (its own timeout); a turn
-        waits that long for them, never less than `max_wait`."""
+        waits that long for them, never less than `max_wait`. `max_in_flight` (0: no cap):
+        turns beyond it wait (as long) for one to end."""
         self._clock = clock
         self.max_wait = max_wait
         self.changes_last = changes_last
+        self.max_in_flight = max_in_flight
         self.stagger = stagger
         self._next_start = 0.0
         self._cond = threading.Condition()
@@ -61,6 +70,7 @@ class ChurnGate:
         with self._cond:
             self.max_wait = 0.0
             self.changes_last = 0.0
+            self.max_in_flight = 0
             self.stagger = 0.0
             self._cond.notify_all()
 
@@ -71,7 +81,8 @@ class ChurnGate:
             # for as long as connects can take: 20 parallel 4.0 handshakes on a loaded 2-core
             # machine took 2 s, and the first utterances past a 1 s bound met the hub's table
             # still changing (every one of those 20 turns lost)
-            self._wait_for(lambda: not self._changes and not self._changes_waiting,
+            self._wait_for(lambda: not self._changes and not self._changes_waiting
+                           and not (self.max_in_flight and self._turns >= self.max_in_flight),
                            max(self.max_wait, self.changes_last))
             now = self._clock.now()
             start = max(now, self._next_start) if self._turns else now

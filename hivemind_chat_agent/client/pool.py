@@ -60,7 +60,8 @@ class ConnectionPool:
         self._reaper: Optional[threading.Thread] = None
         self.gate = ChurnGate(config.churn_guard,    # turns hold `gate.turn()`
                               stagger=0.025 if config.churn_guard > 0 else 0.0,
-                              changes_last=config.connect_timeout + CLOSE_ACKNOWLEDGED_WITHIN)
+                              changes_last=config.connect_timeout + CLOSE_ACKNOWLEDGED_WITHIN,
+                              max_in_flight=4 if config.churn_guard > 0 else 0)
         self.spares = Spares(config.spare_connections, self._open_spare, self._busy)
 
     def acquire(self, session: Session) -> HubConnection:
