@@ -126,10 +126,8 @@ def add_options(p):
 
 def serve_from_cli(args, out, config: Dict[str, Any]) -> int:
     from hivemind_chat_agent import background
-    from hivemind_chat_agent.extras import require
     from hivemind_chat_agent.client.agent import HiveMindChatAgent
     from hivemind_chat_agent.errors import ConfigurationError
-    require("openai", "hivemind-chat openai (the OpenAI chat API)")
     try:
         host, port = parse_uri(args.uri)
     except ValueError as e:

@@ -60,9 +60,10 @@ class ConversationIndex:
             return Continuation(self._session_id(api_key, "name", name), named=True)
         earlier = messages[:-1]
         if earlier:
-            entry = self._answered.get(self._digest(api_key, earlier))
+            digest = self._digest(api_key, earlier)
+            entry = self._answered.get(digest)
             if entry is not None:
-                self._answered.move_to_end(self._digest(api_key, earlier))
+                self._answered.move_to_end(digest)
                 if len(set(entry.sessions)) == 1:
                     return Continuation(entry.sessions[0])
                 return Continuation(new_session_id(), start_from=entry.state)
