@@ -21,7 +21,8 @@ _ERRORS = ("HiveMindChatError", "ConfigurationError", "MissingExtraError",
            "WrongPasswordError", "HandshakeTimeoutError", "ConnectionLostError",
            "TurnTimeoutError", "AgentClosedError", "ReplyTooLargeError", "HubBusyError",
            "HubEngineError", "UnsupportedHubError", "ClientKeyRefusedError",
-           "HubKeyChangedError", "PolicyDeniedError")
+           "HubKeyChangedError", "HubCertificateError", "HubCertificateChangedError",
+           "PolicyDeniedError")
 _EXPORTS.update((name, "hivemind_chat_agent.errors") for name in _ERRORS)
 # the extra whose packages a public name needs beyond the client's
 _EXTRA_OF = {"ChatAgentProtocol": "hub"}

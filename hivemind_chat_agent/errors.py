@@ -74,6 +74,16 @@ class HubKeyChangedError(AuthenticationError):
     """The hub's Noise static key is not the one this client pinned at its first connection."""
 
 
+class HubCertificateError(AuthenticationError):
+    """A `wss://` hub's TLS certificate did not verify (unknown CA, another name), so the
+    upgrade request, which carries the access key, was never sent."""
+
+
+class HubCertificateChangedError(HubCertificateError):
+    """A `self_signed` hub presented a TLS certificate other than the one pinned at first use;
+    nothing was sent. The message names the pin file and the line to delete if that is expected."""
+
+
 class PolicyDeniedError(HiveMindChatError):
     """The hub's message policy does not allow this client to send the utterance's topic."""
 
