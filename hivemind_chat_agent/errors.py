@@ -18,6 +18,13 @@ class MissingExtraError(ConfigurationError, ImportError):
     not installed; the message names the extra and the pip command that adds it."""
 
 
+class IdentifierTooLongError(ConfigurationError):
+    """A session id (or turn id) is over the bound both sides keep (core/limits.MAX_ID_BYTES,
+    256 bytes of UTF-8): the client refuses it before sending anything, a hub running our
+    plugin refuses the turn with reason "id_too_long". Use a shorter id (a digest of a long
+    name, for instance)."""
+
+
 class HubUnreachableError(HiveMindChatError):
     """No HiveMind hub answered at the configured address."""
 
