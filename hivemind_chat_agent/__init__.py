@@ -22,7 +22,7 @@ _ERRORS = ("HiveMindChatError", "ConfigurationError", "MissingExtraError",
            "TurnTimeoutError", "AgentClosedError", "ReplyTooLargeError", "HubBusyError",
            "HubEngineError", "UnsupportedHubError", "ClientKeyRefusedError",
            "HubKeyChangedError", "HubCertificateError", "HubCertificateChangedError",
-           "PolicyDeniedError")
+           "PolicyDeniedError", "IdentifierTooLongError")
 _EXPORTS.update((name, "hivemind_chat_agent.errors") for name in _ERRORS)
 # the extra whose packages a public name needs beyond the client's
 _EXTRA_OF = {"ChatAgentProtocol": "hub"}

@@ -9,7 +9,8 @@ from typing import Optional
 from hivemind_chat_agent.core.turns import EndReason, Ended, Progress
 from hivemind_chat_agent.errors import (AgentClosedError, ConnectionLostError,
                                         ConversationStoreError, HiveMindChatError,
-                                        HubBusyError, HubEngineError, ReplyTooLargeError,
+                                        HubBusyError, HubEngineError,
+                                        IdentifierTooLongError, ReplyTooLargeError,
                                         TurnTimeoutError)
 
 
@@ -58,6 +59,9 @@ def judge(event: Ended, *, spoke: bool, refusal: Optional[HiveMindChatError],
             return Outcome(TurnStatus.FAILED, ConversationStoreError(
                 f"the hub could not reach its conversation store, so the turn was not run "
                 f"({reason}); try again in a moment"), in_step=False)
+        if kind is EndReason.ID_TOO_LONG:
+            return Outcome(TurnStatus.FAILED, IdentifierTooLongError(
+                f"the hub refused the turn: {reason}"), in_step=False)
         if kind in (EndReason.ENGINE_ERROR, EndReason.TIMEOUT):
             return Outcome(TurnStatus.FAILED, HubEngineError(
                 f"the hub's chat engine failed on this turn ({reason}); the hub's log has the "

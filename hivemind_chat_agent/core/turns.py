@@ -46,6 +46,7 @@ class EndReason(str, Enum):
     NO_TEXT = "no_text"              # the utterance had no text
     NOT_UNDERSTOOD = "not_understood"
     STORE_UNAVAILABLE = "store_unavailable"   # its conversation store (Redis) is down
+    ID_TOO_LONG = "id_too_long"      # a session or turn id over core/limits.MAX_ID_BYTES
     # the client sees these (a LOST turn)
     TOO_LARGE = "too_large"          # a frame over max_frame_bytes: the connection is closed
     TAMPERED = "tampered"            # a frame failed authentication: the connection is closed
