@@ -15,6 +15,8 @@ from ovos_utils.log import LOG
 from hivemind_chat_agent.client.session_store import SessionStore
 from hivemind_chat_agent.compat import register_session as register
 from hivemind_chat_agent.core.conversation import CONVERSATION_FIELDS, HUB_FIELDS
+from hivemind_chat_agent.core.limits import over_bound, too_long
+from hivemind_chat_agent.errors import IdentifierTooLongError
 
 
 # Which skills wait for the user's answer: ovos-bus-client 1.x sends `utterance_states`, 2.x
@@ -56,9 +58,16 @@ class SessionBook:
         self._used: "OrderedDict[str, float]" = OrderedDict()
 
     def resolve(self, session_id: Optional[str]) -> str:
+        """The session id a caller's `session_id` stands for; IdentifierTooLongError past
+        core/limits.MAX_ID_BYTES (hubs running our plugin refuse such ids, and every layer on
+        the way would keep and log them), before anything is sent."""
         if not session_id or session_id == "default":
-            return self.default_session_id
-        return str(session_id)
+            sid = self.default_session_id     # default_session_id of the config, too
+        else:
+            sid = str(session_id)
+        if over_bound(sid):
+            raise IdentifierTooLongError(too_long("session id", sid))
+        return sid
 
     def for_turn(self, session_id: str, lang: Optional[str] = None,
                  units: Optional[str] = None, site_id: Optional[str] = None) -> Session:

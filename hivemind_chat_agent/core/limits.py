@@ -28,14 +28,16 @@ def over_bound(value: str, bound: int = MAX_ID_BYTES) -> bool:
     return id_bytes(value) > bound
 
 
-def shown(value: object, keep: int = SHOWN_CHARS) -> str:
+def shown(value: object, keep: int = SHOWN_CHARS, quote: bool = True) -> str:
     """`value` as a log line or an error message may quote it: escaped (no newline or control
     character of a sender's can forge a line) and, when long, its first `keep` characters and
-    its length, so no sender decides how long a line is."""
+    its length, so no sender decides how long a line is. `quote=False` leaves printable text
+    as it is (a peer name in a line that always showed it bare)."""
     text = value if isinstance(value, str) else str(value)
-    if len(text) <= keep:
-        return repr(text)
-    return f"{text[:keep]!r}… ({id_bytes(text)} bytes)"
+    head = text[:keep]
+    head = repr(head) if quote else "".join(c if c.isprintable() else repr(c)[1:-1]
+                                            for c in head)
+    return head if len(text) <= keep else f"{head}… ({id_bytes(text)} bytes)"
 
 
 def too_long(what: str, value: str, bound: int = MAX_ID_BYTES) -> str:
