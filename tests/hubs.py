@@ -107,13 +107,14 @@ def plugin_config(engine="engines:ScriptEngine", engine_config=None, **knobs):
                                            "engine_config": engine_config or {}, **knobs}}
 
 
-def wait_listening(port: int, timeout: float = 30, proc=None, what: str = "a server") -> None:
-    """Until something accepts connections on 127.0.0.1:`port`; RuntimeError after `timeout`
+def wait_listening(port: int, timeout: float = 30, proc=None, what: str = "a server",
+                   host: str = "127.0.0.1") -> None:
+    """Until something accepts connections on `host`:`port`; RuntimeError after `timeout`
     or when `proc` (a Popen) has exited."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and (proc is None or proc.poll() is None):
         try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            socket.create_connection((host, port), timeout=0.2).close()
             return
         except OSError:
             time.sleep(0.05)
