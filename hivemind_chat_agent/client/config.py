@@ -1,9 +1,11 @@
 """The client agent's configuration: defaults, the identity fallback and validation, in one place."""
 import hashlib
+import os
 from dataclasses import dataclass, field, replace
 from typing import Any, Dict, List, Optional, Tuple
 
 from hivemind_chat_agent.client.noise_keys import default_key_dir
+from hivemind_chat_agent.client.tls_pins import check_ca_file
 from hivemind_chat_agent.core.refusals import UTTERANCE_TOPICS
 from hivemind_chat_agent.errors import ConfigurationError
 
@@ -18,7 +20,8 @@ class ClientConfig:
     key: str = field(repr=False)
     password: str = field(repr=False)
     secure: bool = False            # wss:// instead of ws://
-    self_signed: bool = True
+    self_signed: bool = False       # wss://: pin the hub's certificate at first use, per address
+    ca_file: Optional[str] = None   # wss://: verify against this PEM file, not the system CAs
     site_id: Optional[str] = None
     useragent: str = "hivemind-chat-agent"
     timeout: float = 30.0           # rolling, per turn
@@ -87,13 +90,14 @@ class ClientConfig:
         store = config.get("session_store")
         if store is not None and not isinstance(store, str):
             raise ConfigurationError("session_store must be a directory path (or absent)")
+        self_signed, ca_file = _tls_trust(config)
         key = str(config["key"])
         default_sid = str(config.get("default_session_id") or default_session_id_for(key))
         if default_sid == "default":
             raise ConfigurationError('default_session_id cannot be "default": a hub drops '
                                      "non-admin clients that use it")
         return cls(host=host, port=port, key=key, password=str(config["password"]),
-                   secure=secure, self_signed=_flag(config, "self_signed", True),
+                   secure=secure, self_signed=self_signed, ca_file=ca_file,
                    site_id=config.get("site_id") or None,
                    useragent=str(config.get("useragent") or "hivemind-chat-agent"),
                    timeout=timeout, connect_timeout=connect_timeout,
@@ -124,6 +128,26 @@ def _flag(config: Dict[str, Any], key: str, default: bool) -> bool:
     if text in _TRUE or text in _FALSE:
         return text in _TRUE
     raise ConfigurationError(f"{key} must be true or false, not {value!r}")
+
+
+def _tls_trust(config: Dict[str, Any]) -> Tuple[bool, Optional[str]]:
+    """`self_signed` and `ca_file`: how a wss:// hub's certificate is trusted (system CAs when
+    neither is set). Both at once would leave unclear which one vouches for the hub."""
+    self_signed = _flag(config, "self_signed", False)
+    ca_file = config.get("ca_file") or None
+    if ca_file is None:
+        return self_signed, None
+    if not isinstance(ca_file, str):
+        raise ConfigurationError("ca_file must be the path of a PEM file (or absent)")
+    if self_signed:
+        raise ConfigurationError("set either ca_file (verify the hub's certificate against it) "
+                                 "or self_signed (pin it at first use), not both")
+    ca_file = os.path.abspath(os.path.expanduser(ca_file))
+    if not os.path.isfile(ca_file):
+        raise ConfigurationError(f"ca_file {ca_file} is not a file; give the path of a PEM file "
+                                 "with the hub's CA or the hub's own certificate")
+    check_ca_file(ca_file)
+    return False, ca_file
 
 
 def _with_identity(config: Dict[str, Any], identity) -> Dict[str, Any]:

@@ -26,6 +26,7 @@ from websocket import ABNF, WebSocketPayloadException, WebSocketProtocolExceptio
 from hivemind_chat_agent import compat
 from hivemind_chat_agent.core.frames import Opened, Verdict, open_frame
 from hivemind_chat_agent.client.noise_keys import NoiseKeyring, cached_psk
+from hivemind_chat_agent.client.tls_pins import TLSFailed, open_tls
 from hivemind_chat_agent.core.exchange import ExchangeInputs, SecureChannel
 from hivemind_chat_agent.errors import ConnectionLostError, HiveMindChatError, HubUnreachableError
 
@@ -194,20 +195,9 @@ class Transport(HiveMessageBusClient):
 
     @staticmethod
     def _tls(raw, cfg):
-        """TLS over the connected socket. A plain-text hub never answers a ClientHello (its
-        HTTP parser waits for the end of a request line), so the handshake gets a short bound
-        of its own and a failure says what it means."""
-        context = ssl.create_default_context()
-        if cfg.self_signed:
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
-        raw.settimeout(min(cfg.connect_timeout, TLS_HANDSHAKE_TIMEOUT))
-        try:
-            return context.wrap_socket(raw, server_hostname=cfg.host)
-        except (ssl.SSLError, socket.timeout, OSError) as e:
-            raise TLSFailed(f"the TLS handshake with {cfg.host}:{cfg.port} failed "
-                             f"({type(e).__name__}): is the hub serving TLS? Use ws:// for a "
-                             "plain hub, wss:// only for one with a certificate") from None
+        """TLS over the connected socket, the hub's certificate verified or pinned
+        (client/tls_pins.py) before the upgrade request, which carries the access key."""
+        return open_tls(raw, cfg)
 
     def _handle_hive_protocol(self, message: HiveMessage):
         self._owner.on_socket_message(message)
@@ -311,16 +301,18 @@ class Transport(HiveMessageBusClient):
             raw.close()
             return
         self.client.prepared_socket = raw
-        # pings notice a hub that vanished without closing the socket
-        self.client.run_forever(ping_interval=20, ping_timeout=10)
-
-
-TLS_HANDSHAKE_TIMEOUT = 2.0   # seconds; a TLS hub on a LAN answers in milliseconds
+        # pings notice a hub that vanished without closing the socket. websocket-client uses
+        # the prepared socket as it is (a reconnect would reuse it too); were it ever to open
+        # one itself, its default would be CERT_NONE: sslopt makes that verify
+        self.client.run_forever(ping_interval=20, ping_timeout=10,
+                                sslopt={"cert_reqs": ssl.CERT_REQUIRED})
 
 
 def connect_failure(error: Any, cfg, redact) -> HiveMindChatError:
     """The typed error for a connection that never opened (before any websocket frame)."""
     where = f"{cfg.url_host}:{cfg.port}"
+    if isinstance(error, HiveMindChatError):     # a certificate refused before the upgrade
+        return error
     if isinstance(error, TLSFailed):
         return HubUnreachableError(str(error))
     if isinstance(error, (socket.timeout, TimeoutError)):
@@ -332,10 +324,6 @@ def connect_failure(error: Any, cfg, redact) -> HiveMindChatError:
                                    "that hivemind-core is running")
     return HubUnreachableError(f"could not connect to {where} ({type(error).__name__}: "
                                f"{redact(str(error))}); check host, port and TLS settings")
-
-
-class TLSFailed(Exception):
-    pass
 
 
 class _FrameTooLarge(Exception):
@@ -350,7 +338,9 @@ def open_transport(owner: Any, cfg, useragent: str, session_id: str) -> Transpor
     identity.site_id = cfg.site_id or "unknown"
     with compat.without_registering(session_id):   # its constructor registers a blank Session
         return Transport(owner, key=cfg.key, password=cfg.password, host=cfg.url_host,
-                         port=cfg.port, useragent=useragent, self_signed=cfg.self_signed,
+                         port=cfg.port, useragent=useragent,
+                         # its own connect (never called) would otherwise skip verification
+                         self_signed=False,
                          identity=identity, internal_bus=NullBus(session_id))
 
 
