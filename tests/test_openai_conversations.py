@@ -63,3 +63,22 @@ def test_the_index_is_bounded_and_content_parts_count_as_text():
     assert content_text([{"type": "text", "text": "a"}, {"type": "image_url"},
                          {"type": "text", "text": "b"}]) == "ab"
     assert content_text(None) == "" and content_text("x") == "x"
+
+
+def test_a_history_ending_at_an_older_answer_forks_from_the_state_saved_there():
+    """Replaying a chat's opening (someone else with the same key, or a regenerated message)
+    never joins the live conversation: it forks from the Session as it was at that answer."""
+    index = ConversationIndex()
+    opening = [user("my name is alice")]
+    live = index.continuation("k", {}, None, opening)
+    index.answered("k", live.session_id, opening, "nice to meet you", {"at": "opening"})
+    second = opening + [assistant("nice to meet you"), user("remember tea")]
+    assert index.continuation("k", {}, None, second) == live
+    index.answered("k", live.session_id, second, "noted", {"at": "second"})
+    replayed = index.continuation("k", {}, None, opening + [assistant("nice to meet you"),
+                                                           user("what is my name")])
+    assert replayed.session_id != live.session_id
+    assert replayed.start_from == {"at": "opening"}
+    # the live chat, sending its latest answer, still continues in place
+    assert index.continuation("k", {}, None, second + [assistant("noted"),
+                                                       user("recall")]) == live

@@ -7,28 +7,35 @@ import openai
 import pytest
 
 from hubs import free_port, wait_listening
+from hivemind_chat_agent.bridges.http_front import Limits
 from hivemind_chat_agent.bridges.openai_http import check_exposure, serve
 from hivemind_chat_agent.bridges.openai_server import OpenAIBridge
+from hivemind_chat_agent.core.front_guard import FrontGuard, Keys
 from hivemind_chat_agent.errors import ConfigurationError
 
 
 class Server:
-    """serve() on an event loop of its own thread, as `hivemind-chat openai` runs it."""
+    """serve() on an event loop of its own thread, as `hivemind-chat openai` runs it.
+    `api_keys`: the keys it accepts (none: loopback without keys); `host`: where it binds;
+    `guard` options and `limits` as the command line gives them."""
 
-    def __init__(self, agent, api_key=None):
+    def __init__(self, agent, api_keys=(), host="127.0.0.1", limits=Limits(), **guard):
         self.port = free_port()
-        self.bridge = OpenAIBridge(agent, api_key)
+        self.host = host
+        self.bridge = OpenAIBridge(agent)
+        self.guard = FrontGuard(host, Keys(api_keys), what="OpenAI API server", **guard)
         self._server = None
         self.thread = threading.Thread(target=lambda: asyncio.run(serve(
-            self.bridge, "127.0.0.1", self.port, started=self._started)), daemon=True)
+            self.bridge, host, self.port, self.guard, limits, started=self._started)),
+            daemon=True)
         self.thread.start()
-        wait_listening(self.port, 10, what="the OpenAI server")
+        wait_listening(self.port, 10, what="the OpenAI server", host=host)
 
     def _started(self, server):
         self._server = server
 
     def client(self, api_key="unused", **kw) -> openai.OpenAI:
-        return openai.OpenAI(base_url=f"http://127.0.0.1:{self.port}/v1", api_key=api_key,
+        return openai.OpenAI(base_url=f"http://{self.host}:{self.port}/v1", api_key=api_key,
                              max_retries=0, **kw)
 
     def stop(self):
@@ -114,7 +121,7 @@ def test_a_follow_up_question_is_answered_by_the_next_message(served):
 
 
 def test_a_wrong_or_missing_key_is_401_with_an_error_object(creds, make_agent):
-    server = Server(make_agent(creds.agent_config(timeout=5)), api_key="s3cret")
+    server = Server(make_agent(creds.agent_config(timeout=5)), api_keys=["s3cret"])
     try:
         with pytest.raises(openai.AuthenticationError) as refused:
             say(server.client(api_key="wrong"), "hello")
@@ -159,8 +166,8 @@ def test_twenty_conversations_at_once_without_cross_talk(served):
 
 
 def test_it_listens_beyond_loopback_only_with_a_key():
-    check_exposure("127.0.0.1", None)
-    check_exposure("::1", None)
-    check_exposure("0.0.0.0", "key")
+    check_exposure("127.0.0.1", Keys())
+    check_exposure("::1", Keys())
+    check_exposure("0.0.0.0", Keys(["key"]))
     with pytest.raises(ConfigurationError, match="--api-key"):
-        check_exposure("0.0.0.0", None)
+        check_exposure("0.0.0.0", Keys())

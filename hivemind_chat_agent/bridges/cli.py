@@ -6,7 +6,6 @@
 """
 import argparse
 import contextlib
-import getpass
 import json
 import os
 import sys
@@ -15,6 +14,7 @@ import time
 from typing import Optional
 
 from hivemind_chat_agent import background
+from hivemind_chat_agent.bridges.cli_config import PASSWORD_ENV, agent_config
 from hivemind_chat_agent.errors import ConfigurationError, HiveMindChatError, MissingExtraError
 from hivemind_chat_agent.extras import require
 
@@ -40,8 +40,11 @@ def build_parser(chat: bool = True) -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, help="hub port (default 5678)")
     p.add_argument("--key", help="access key registered on the hub")
     p.add_argument("--password", help="password registered on the hub; '-' asks for it "
-                                      "without echo, and keeps it out of the process list "
-                                      "(the value is never printed or logged)")
+                                      "without echo (the value is never printed or logged; "
+                                      "given here it shows in the process list: prefer '-', "
+                                      f"--password-file or {PASSWORD_ENV})")
+    p.add_argument("--password-file", metavar="PATH",
+                   help="read the hub password from this file (its first line)")
     if chat:
         p.add_argument("--session", default="default",
                        help="conversation id; turns with the same id share OVOS session "
@@ -293,19 +296,6 @@ def _enable_line_editing():
     return save
 
 
-def _agent_config(args) -> dict:
-    config = {k: v for k, v in (("host", args.host), ("port", args.port), ("key", args.key),
-                                ("password", args.password)) if v is not None}
-    if config.get("password") == "-":
-        config["password"] = getpass.getpass("HiveMind password: ")
-    config["timeout"] = args.timeout
-    config["useragent"] = "hivemind-chat-cli"
-    if not args.no_store:
-        from hivemind_chat_agent.client.session_store import default_store_dir
-        config["session_store"] = default_store_dir()
-    return config
-
-
 def _quiet_logs(verbose: bool, demo: bool):
     """Library and hub logs stay off the chat unless asked for. hivemind-core resets the log
     level when it is imported, so the demo imports it first (the hub also logs access keys at
@@ -371,9 +361,9 @@ def main(argv=None) -> int:
             return run_demo(args, out, run_chat)
         if front:
             getattr(front, "check_args", lambda args: None)(args)
-            return front.serve_from_cli(args, out, _agent_config(args))
+            return front.serve_from_cli(args, out, agent_config(args, out))
         from hivemind_chat_agent.client.agent import HiveMindChatAgent
-        agent = HiveMindChatAgent(_agent_config(args))
+        agent = HiveMindChatAgent(agent_config(args, out))
         try:
             return run_chat(agent, args, out)
         finally:

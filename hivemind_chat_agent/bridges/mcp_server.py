@@ -10,16 +10,24 @@ in Claude Desktop, Open WebUI or any MCP client can use the hub's skills.
 own conversation (one client launched it); over HTTP the MCP session's, when the client has one
 (`Mcp-Session-Id`, protocols before 2026-07-28), else the server's default conversation: the
 2026-07-28 protocol is stateless over HTTP, so clients that share a server should name theirs.
-The result names the conversation it ran in. Over stdio by default (what desktop clients launch), streamable HTTP with
-`--http` (loopback unless told otherwise). A hub failure is a tool error with the agent's
-message, for the model to read.
+The result names the conversation it ran in; names are at most MAX_CONVERSATION characters.
+Over stdio by default (what desktop clients launch), streamable HTTP with `--http`: behind
+bridges/http_front's guard like the OpenAI front (Host and Origin checked on every bind
+address, and by the SDK's own TransportSecuritySettings with explicit lists; off loopback a
+Bearer key is required; each key its own conversations; deadlines and caps), and a caller who
+hangs up stops its turn. A hub failure is a tool error with the agent's message, for the model
+to read.
 """
 import asyncio
 import uuid
 from collections import OrderedDict
 from typing import Any, Dict, Optional
 
+from hivemind_chat_agent.bridges import http_front
 from hivemind_chat_agent.errors import HiveMindChatError
+
+MAX_CONVERSATION = 200      # characters of a conversation name
+MCP_PATH = "/mcp"
 
 TOOL_DESCRIPTION = (
     "Say something to the OVOS voice assistant hub (its skills: time, weather, timers, "
@@ -48,19 +56,47 @@ class ConversationNames:
         return name
 
 
-async def ask_hub(agent, utterance: str, conversation: str) -> Dict[str, Any]:
-    """One turn; the structured result. Raises ValueError for an empty utterance and
-    HiveMindChatError for a hub failure."""
+async def ask_hub(agent, utterance: str, conversation: str, caller: str = "",
+                  gone: Optional[asyncio.Event] = None) -> Dict[str, Any]:
+    """One turn in `caller`'s `conversation`; the structured result. Raises ValueError for an
+    empty utterance or a name too long, and HiveMindChatError for a hub failure. When `gone`
+    is set first (the HTTP caller hung up), the turn is stopped at the hub."""
     if not utterance or not utterance.strip():
         raise ValueError("utterance must not be empty")
-    turn = await agent.abegin([{"role": "user", "content": utterance}],
-                              session_id=f"mcp:{conversation}")
-    sentences = [sentence async for sentence in turn]
+    if len(conversation) > MAX_CONVERSATION:
+        raise ValueError(f"a conversation name has at most {MAX_CONVERSATION} characters")
+    session = f"mcp:{caller}:{conversation}" if caller else f"mcp:{conversation}"
+    turn = await agent.abegin([{"role": "user", "content": utterance}], session_id=session)
+    try:
+        sentences = await _until_gone(_all(turn), gone)
+    finally:
+        turn.terminate()        # a no-op once the turn has ended
     error = turn.get_exception()
     if error is not None and not sentences:
         raise error
     return {"answer": "\n".join(sentences), "expect_response": bool(turn.expect_response),
             "conversation": conversation}
+
+
+async def _all(turn):
+    return [sentence async for sentence in turn]
+
+
+async def _until_gone(work, gone: Optional[asyncio.Event]):
+    """`work`'s result, or CancelledError as soon as `gone` is set."""
+    if gone is None:
+        return await work
+    task = asyncio.ensure_future(work)
+    waiter = asyncio.ensure_future(gone.wait())
+    try:
+        await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
+    if not task.done():
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        raise asyncio.CancelledError("the caller hung up")
+    return task.result()
 
 
 def build_server(agent, names: Optional[ConversationNames] = None):
@@ -81,8 +117,10 @@ def build_server(agent, names: Optional[ConversationNames] = None):
     @server.tool(description=TOOL_DESCRIPTION)
     async def ask(utterance: str, ctx: Context, conversation: Optional[str] = None) -> Answer:
         name = (conversation or "").strip() or names.default_for(_session_of(ctx))
+        scope = _scope_of(ctx)
         try:
-            result = await ask_hub(agent, utterance, name)
+            result = await ask_hub(agent, utterance, name, scope.get(http_front.CALLER, ""),
+                                   scope.get(http_front.GONE))
         except (ValueError, HiveMindChatError) as e:
             raise ToolError(str(e)) from None
         text = result["answer"] or "(the hub had no answer)"
@@ -90,6 +128,14 @@ def build_server(agent, names: Optional[ConversationNames] = None):
                               structured_content=result)
 
     return server
+
+
+def _scope_of(ctx) -> Dict[str, Any]:
+    """The ASGI scope of the HTTP request carrying this call ({} over stdio)."""
+    try:
+        return getattr(ctx.request_context.request, "scope", None) or {}
+    except Exception:       # outside a request
+        return {}
 
 
 def _session_of(ctx) -> Optional[str]:
@@ -109,8 +155,41 @@ def add_options(p):
                      "--http.")
     p.add_argument("--http", nargs="?", const="http://127.0.0.1:8765", default=None,
                    metavar="URI", help="serve streamable HTTP at URI (default "
-                   "http://127.0.0.1:8765, path /mcp) instead of stdio")
+                   "http://127.0.0.1:8765, path /mcp) instead of stdio; another address "
+                   "than loopback needs an API key")
+    from hivemind_chat_agent.bridges.openai_http import add_key_options
+    add_key_options(p)
+    http_front.add_limit_options(p)
     return p
+
+
+def _bracketed(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def jsonrpc_error(refusal) -> Dict[str, Any]:
+    """A guard's refusal as a JSON-RPC error object, what MCP clients read."""
+    return {"jsonrpc": "2.0", "id": None,
+            "error": {"code": -32001 if refusal.status in (401, 403, 421) else -32000,
+                      "message": refusal.message, "data": {"code": refusal.code}}}
+
+
+def http_app(server, guard, limits: http_front.Limits = http_front.Limits()):
+    """The SDK's streamable HTTP app behind the guard. The SDK checks Host and Origin again
+    with the same explicit lists (its own check is on only for 127.0.0.1, localhost and ::1
+    when left to itself)."""
+    from mcp.server.transport_security import TransportSecuritySettings
+    hosts = sorted({_bracketed(h) for h in guard.hosts} | {"127.0.0.1", "localhost", "[::1]"})
+    security = TransportSecuritySettings(
+        allowed_hosts=hosts + [f"{h}:*" for h in hosts],
+        allowed_origins=[f"{scheme}://{_bracketed(host)}:{port}"
+                         for scheme, host, port in guard.origins]
+        + [f"{scheme}://{h}:*" for h in ("127.0.0.1", "localhost", "[::1]")
+           for scheme in ("http", "https")])
+    app = server.streamable_http_app(streamable_http_path=MCP_PATH, transport_security=security,
+                                     max_request_body_size=limits.max_body)
+    return http_front.GuardedApp(app, guard, jsonrpc_error, turn_paths=(MCP_PATH,),
+                                 max_body=limits.max_body)
 
 
 def check_args(args) -> None:
@@ -124,26 +203,32 @@ def check_args(args) -> None:
 
 def serve_from_cli(args, out, config: Dict[str, Any]) -> int:
     from hivemind_chat_agent import background
-    from hivemind_chat_agent.bridges.openai_http import is_loopback, parse_uri
+    from hivemind_chat_agent.bridges.openai_http import guard_from_cli, parse_uri
     from hivemind_chat_agent.client.agent import HiveMindChatAgent
     from hivemind_chat_agent.errors import ConfigurationError
-    agent = HiveMindChatAgent({**config, "useragent": "hivemind-chat-mcp"})
-    try:
-        server = build_server(agent)
-        background.unblock_signals()
-        if args.http is None:
-            server.run("stdio")
-            return 0
+    guard = None
+    if args.http is not None:
         try:
             host, port = parse_uri(args.http)
         except ValueError as e:
             raise ConfigurationError(str(e).replace("--uri", "--http")) from None
-        if not is_loopback(host):
-            out.info(f"warning: the MCP server on {host} has no authentication: anyone "
-                     "reaching it talks to the hub as this client")
-        out.info(f"MCP server (streamable HTTP) on http://{host}:{port}/mcp")
+        guard = guard_from_cli(args, host, "MCP server")
+    agent = HiveMindChatAgent({**config, "useragent": "hivemind-chat-mcp"})
+    try:
+        server = build_server(agent)
+        background.unblock_signals()
+        if guard is None:
+            server.run("stdio")
+            return 0
+        limits = http_front.limits_from(args)
+        out.info(f"MCP server (streamable HTTP) on http://{host}:{port}{MCP_PATH}"
+                 + (f"; {len(guard.keys)} API key(s)" if guard.keys
+                    else "; no API key: loopback only"))
         try:
-            asyncio.run(server.run_streamable_http_async(host=host, port=port))
+            asyncio.run(http_front.serve(http_app(server, guard, limits), host, port, limits,
+                                         lifespan="on"))
+        except OSError as e:
+            raise ConfigurationError(f"cannot listen on {args.http}: {e.strerror or e}") from None
         except KeyboardInterrupt:
             return 0
         return 0

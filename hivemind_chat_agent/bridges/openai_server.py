@@ -10,11 +10,11 @@ core/openai_conversations.ConversationIndex (a header, the body's `user`, or its
     GET  /v1/models              one model, "hivemind-chat" (any model name is accepted)
     POST /v1/chat/completions    plain or `stream: true` (SSE chunks, then `data: [DONE]`)
 
-Binds 127.0.0.1 unless told otherwise, and refuses another address without an API key. Errors
-are OpenAI error objects naming what happened (the unreachable hub, the refused key, the
-timeout) with 401, 400, 502, 503 or 504.
+Who may call it (Host, Origin, keys, caps) is bridges/http_front's and core/front_guard's
+business: a request reaches this bridge with its caller named. Errors are OpenAI error objects
+naming what happened (the unreachable hub, the timeout) with 400, 502, 503 or 504; what the
+agent's own message says (addresses, file paths) goes to the server's log, not to the client.
 """
-import hmac
 import json
 import time
 import uuid
@@ -31,7 +31,6 @@ from hivemind_chat_agent.errors import (AuthenticationError, ConnectionLostError
                                         PolicyDeniedError, TurnTimeoutError)
 
 MODEL = "hivemind-chat"
-MAX_BODY = 1 << 20      # bytes of a request body: a chat history, not an upload
 
 
 class APIError(Exception):
@@ -47,17 +46,41 @@ class APIError(Exception):
                           "code": self.code}}
 
 
-def hub_error(e: HiveMindChatError) -> APIError:
-    """The agent's typed error as the HTTP status an OpenAI client understands."""
+def hub_error(e: HiveMindChatError, hub: str) -> APIError:
+    """The agent's typed error as the HTTP status an OpenAI client understands, naming the hub
+    and the failure; the agent's full message is logged here, never sent."""
+    LOG.warning(f"a turn failed: {type(e).__name__}: {e}")
     if isinstance(e, TurnTimeoutError):
-        return APIError(504, f"the OVOS hub did not answer in time: {e}", "timeout", "timeout")
+        return APIError(504, f"the OVOS hub at {hub} did not answer in time", "timeout",
+                        "timeout")
     if isinstance(e, PolicyDeniedError):
-        return APIError(503, f"the OVOS hub refused the utterance: {e}", "server_error",
+        return APIError(503, f"the OVOS hub at {hub} refused the utterance (its message "
+                             "policy: the server's log says which topic)", "server_error",
                         "hub_refused")
     if isinstance(e, (HubUnreachableError, ConnectionLostError, AuthenticationError)):
-        return APIError(502, f"the OVOS hub is out of reach: {e}", "server_error",
-                        "hub_unreachable")
-    return APIError(502, f"the OVOS hub turn failed: {e}", "server_error", "hub_error")
+        why = public_reason(e)
+        return APIError(502, f"the OVOS hub at {hub} is out of reach: {why}; the server's "
+                             "log says more", "server_error", "hub_unreachable")
+    return APIError(502, f"the OVOS hub at {hub} could not answer ({type(e).__name__})",
+                    "server_error", "hub_error")
+
+
+def public_reason(e: HiveMindChatError) -> str:
+    """What went wrong, in words that carry no address, path, header or secret."""
+    if isinstance(e, AuthenticationError):
+        return f"it refused this server's credentials ({type(e).__name__})"
+    if isinstance(e, ConnectionLostError):
+        return "the connection was lost during the turn"
+    return "no HiveMind hub answered there"
+
+
+def hub_address(agent) -> str:
+    """host:port of each hub the agent talks to, for error messages."""
+    cfg = getattr(agent, "settings", None)
+    if cfg is None:
+        return "the configured address"
+    hubs = cfg.hubs or ((cfg.host, cfg.secure, cfg.port),)
+    return ", ".join(f"{host}:{port}" for host, _secure, port in hubs)
 
 
 def utterance_of(body: Any) -> Tuple[str, List[Dict[str, Any]]]:
@@ -79,24 +102,14 @@ def utterance_of(body: Any) -> Tuple[str, List[Dict[str, Any]]]:
 
 
 class OpenAIBridge:
-    """The API's logic, framework-free: a request's body and headers in, an answer or a stream
-    of chunks out. `api_key` None: no authentication (loopback only, see `serve`)."""
+    """The API's logic, framework-free: an admitted caller's request body and headers in, an
+    answer or a stream of chunks out. `caller` names whose conversations these are (one per
+    API key, see core/front_guard.Keys)."""
 
-    def __init__(self, agent, api_key: Optional[str] = None,
-                 index: Optional[ConversationIndex] = None):
+    def __init__(self, agent, index: Optional[ConversationIndex] = None):
         self.agent = agent
-        self.api_key = api_key
         self.index = index or ConversationIndex()
-
-    def caller(self, headers: Dict[str, str]) -> str:
-        """The caller's key (the index's namespace); APIError 401 if it is not the one."""
-        given = headers.get("authorization", "")
-        token = given[7:].strip() if given.lower().startswith("bearer ") else ""
-        if self.api_key is not None and not hmac.compare_digest(token.encode(),
-                                                                self.api_key.encode()):
-            raise APIError(401, "Incorrect API key provided: pass the server's key as "
-                                "'Authorization: Bearer <key>'", code="invalid_api_key")
-        return token
+        self.hub = hub_address(agent)
 
     def continuation(self, key: str, headers: Dict[str, str], body: Dict[str, Any],
                      messages: List[Dict[str, Any]]) -> Continuation:
@@ -107,12 +120,13 @@ class OpenAIBridge:
         return where
 
     async def sentences(self, text: str, where: Continuation) -> AsyncIterator[str]:
-        """The hub's sentences; APIError when it failed before saying anything."""
+        """The hub's sentences; APIError when it failed before saying anything. Closed or
+        cancelled before the end (the caller hung up), the turn is stopped at the hub."""
         try:
             turn = await self.agent.abegin([{"role": "user", "content": text}],
                                            session_id=where.session_id)
         except HiveMindChatError as e:
-            raise hub_error(e) from None
+            raise hub_error(e, self.hub) from None
         said = 0
         try:
             async for sentence in turn:
@@ -120,9 +134,11 @@ class OpenAIBridge:
                 yield sentence
         except HiveMindChatError as e:
             if not said:
-                raise hub_error(e) from None
+                raise hub_error(e, self.hub) from None
             LOG.warning(f"an answer ended early: {type(e).__name__}: {e}")
             return
+        finally:
+            turn.terminate()        # a no-op once the turn has ended
         if not said:
             if turn.status is TurnStatus.TIMED_OUT:
                 raise APIError(504, "the OVOS hub did not answer in time", "timeout", "timeout")
@@ -137,8 +153,8 @@ class OpenAIBridge:
         self.index.answered(key, where.session_id, messages, answer,
                             sess.serialize() if sess is not None else None)
 
-    async def complete(self, headers: Dict[str, str], body: Any) -> Dict[str, Any]:
-        key, text, messages, where = self._begin(headers, body)
+    async def complete(self, caller: str, headers: Dict[str, str], body: Any) -> Dict[str, Any]:
+        key, text, messages, where = self._begin(caller, headers, body)
         answer = "\n".join([s async for s in self.sentences(text, where)])
         self.remember(key, where, messages, answer)
         return {"id": completion_id(), "object": "chat.completion", "created": int(time.time()),
@@ -147,10 +163,11 @@ class OpenAIBridge:
                              "message": {"role": "assistant", "content": answer}}],
                 "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}}
 
-    async def stream(self, headers: Dict[str, str], body: Any) -> AsyncIterator[str]:
+    async def stream(self, caller: str, headers: Dict[str, str],
+                     body: Any) -> AsyncIterator[str]:
         """SSE `data:` lines: the role, one chunk per sentence, the finish, `[DONE]`. Raises
         APIError only before the first line (then the response is an error object)."""
-        key, text, messages, where = self._begin(headers, body)
+        key, text, messages, where = self._begin(caller, headers, body)
         chunk = chunk_maker(model_of(body))
         sentences = self.sentences(text, where)
         said: List[str] = []
@@ -176,10 +193,9 @@ class OpenAIBridge:
         yield "data: [DONE]\n\n"
         self.remember(key, where, messages, "\n".join(said))
 
-    def _begin(self, headers: Dict[str, str], body: Any):
-        key = self.caller(headers)
+    def _begin(self, caller: str, headers: Dict[str, str], body: Any):
         text, messages = utterance_of(body)
-        return key, text, messages, self.continuation(key, headers, body, messages)
+        return caller, text, messages, self.continuation(caller, headers, body, messages)
 
 
 def model_of(body: Dict[str, Any]) -> str:

@@ -8,14 +8,17 @@ In order of precedence:
    headers on), `X-Conversation-Id` (LibreChat's custom headers, scripts), the body's `user`.
    A named conversation continues from its name alone, whatever history the request carries.
 2. the history itself: for every answer given, `ConversationIndex` remembers a digest of the
-   conversation up to and including that answer. A request whose earlier messages have one of
-   those digests continues that session. Two chats that began alike (same question, same
-   answer) share a digest; a request matching both continues in a session of its own, started
-   from their common state (the Session as it was after that answer), never inside either.
+   conversation up to and including that answer, with the Session as it was then. A request
+   whose earlier messages end at a session's *latest* answer continues that session. One that
+   ends at an older answer (a chat edited or regenerated from there, or someone replaying
+   another chat's opening) forks: a session of its own, started from the state saved at that
+   answer, never the live one. Two chats that began alike (same question, same answer) share a
+   digest; a request matching both forks the same way, from their common state.
 3. anything else starts a new session.
 
-Sessions are per API key (one key never reaches another's conversations), digests are keyed
-hashes of the messages, and the index is bounded (least recently used forgotten first).
+Sessions are per caller (each API key is one: one key never reaches another's conversations),
+digests are keyed hashes of the messages, and the index is bounded (least recently used
+forgotten first).
 """
 import hashlib
 import hmac
@@ -50,49 +53,55 @@ class ConversationIndex:
         self.max_entries = max_entries
         self._secret = secret or secrets.token_bytes(32)
         self._answered: "OrderedDict[str, _Answered]" = OrderedDict()
+        self._latest: "OrderedDict[str, str]" = OrderedDict()   # session -> its last digest
 
-    def continuation(self, api_key: str, headers: Mapping[str, str], user: Any,
+    def continuation(self, caller: str, headers: Mapping[str, str], user: Any,
                      messages: List[Dict[str, Any]]) -> Continuation:
-        """Where the request with these `headers` (lower-case names), body `user` and
-        `messages` (the last one: the new utterance) continues."""
+        """Where the request of `caller` with these `headers` (lower-case names), body `user`
+        and `messages` (the last one: the new utterance) continues."""
         name = client_name(headers, user)
         if name is not None:
-            return Continuation(self._session_id(api_key, "name", name), named=True)
+            return Continuation(self._session_id(caller, "name", name), named=True)
         earlier = messages[:-1]
         if earlier:
-            digest = self._digest(api_key, earlier)
+            digest = self._digest(caller, earlier)
             entry = self._answered.get(digest)
             if entry is not None:
                 self._answered.move_to_end(digest)
-                if len(set(entry.sessions)) == 1:
+                live = set(entry.sessions)
+                if len(live) == 1 and self._latest.get(entry.sessions[0]) == digest:
                     return Continuation(entry.sessions[0])
                 return Continuation(new_session_id(), start_from=entry.state)
         return Continuation(new_session_id())
 
-    def answered(self, api_key: str, session_id: str, messages: List[Dict[str, Any]],
+    def answered(self, caller: str, session_id: str, messages: List[Dict[str, Any]],
                  answer: str, state: Optional[Dict[str, Any]] = None) -> None:
         """`session_id` answered `messages` with `answer`; `state`: its Session after it."""
         history = list(messages) + [{"role": "assistant", "content": answer}]
-        key = self._digest(api_key, history)
+        key = self._digest(caller, history)
         entry = self._answered.get(key)
         if entry is None:
             self._answered[key] = _Answered([session_id], state)
         elif session_id not in entry.sessions:
             entry.sessions.append(session_id)
         self._answered.move_to_end(key)
+        self._latest[session_id] = key
+        self._latest.move_to_end(session_id)
         while len(self._answered) > self.max_entries:
             self._answered.popitem(last=False)
+        while len(self._latest) > self.max_entries:
+            self._latest.popitem(last=False)
 
     def __len__(self) -> int:
         return len(self._answered)
 
-    def _digest(self, api_key: str, messages: List[Dict[str, Any]]) -> str:
-        text = json.dumps([api_key] + [[m.get("role"), content_text(m.get("content"))]
+    def _digest(self, caller: str, messages: List[Dict[str, Any]]) -> str:
+        text = json.dumps([caller] + [[m.get("role"), content_text(m.get("content"))]
                                        for m in messages], separators=(",", ":"))
         return hmac.new(self._secret, text.encode(), hashlib.sha256).hexdigest()
 
-    def _session_id(self, api_key: str, kind: str, name: str) -> str:
-        digest = hmac.new(self._secret, json.dumps([api_key, kind, name]).encode(),
+    def _session_id(self, caller: str, kind: str, name: str) -> str:
+        digest = hmac.new(self._secret, json.dumps([caller, kind, name]).encode(),
                           hashlib.sha256).hexdigest()
         return f"openai-{digest[:24]}"
 

@@ -1,0 +1,257 @@
+"""The HTTP edge the OpenAI and MCP fronts share: an ASGI wrapper that applies
+core/front_guard's decisions before the application sees a request, and a uvicorn server with
+deadlines and connection caps.
+
+`GuardedApp` (around any ASGI app):
+- Host, Origin, Content-Type and the key are checked from the headers, before one byte of the
+  body is read; a refusal is answered by the front's own error shape.
+- The body is read here, at most `max_body` bytes whatever the framing (a chunked body past the
+  limit is refused as it arrives, so memory stays flat), then handed to the app.
+- A caller who hangs up ends its request at once: the app's task is cancelled, which stops the
+  hub's answer (the fronts terminate their turn when cancelled) and frees the caller's place.
+
+`serve` runs uvicorn with a protocol that closes connections whose request does not arrive in
+time (a half-sent header, a trickled body, one that never sends anything), refuses connections
+over a total and a per-peer cap at accept, and closes idle keep-alive connections.
+"""
+import asyncio
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable, Collection, Dict, Optional, Tuple
+
+from hivemind_chat_agent.core.front_guard import FrontGuard, PeerConnections, Refusal
+
+LOG = logging.getLogger("hivemind_chat_agent.bridges.http_front")
+
+CALLER = "hivemind_chat.caller"      # the scope key naming the admitted caller for the app
+GONE = "hivemind_chat.gone"          # an asyncio.Event set when the caller hangs up (work the
+                                     # app runs in other tasks, as the MCP SDK does, watches it)
+ErrorShape = Callable[[Refusal], Dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Limits:
+    """A front's bounds. Seconds: `read_timeout` for a request's headers, and again for its
+    body; `keep_alive` for an idle connection between requests."""
+    max_body: int = 1 << 20
+    max_connections: int = 256
+    max_per_peer: int = 32
+    read_timeout: float = 10.0
+    keep_alive: float = 5.0
+
+
+def add_limit_options(p, connections: int = Limits.max_connections) -> None:
+    """The CLI options every HTTP front takes for who may reach it and its bounds."""
+    p.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
+                   help="a Host name clients may use besides loopback and the bind address "
+                        "(repeatable), e.g. the machine's LAN name")
+    p.add_argument("--allowed-origin", action="append", default=[], metavar="ORIGIN",
+                   help="a web page origin allowed to call the server from a browser "
+                        "(repeatable), e.g. https://chat.example.org; loopback pages are "
+                        "allowed, others get 403")
+    p.add_argument("--max-connections", type=int, default=connections, metavar="N",
+                   help=f"open connections in all (default {connections}; "
+                        f"{Limits.max_per_peer} per peer address)")
+    p.add_argument("--turns-per-caller", type=int, default=32, metavar="N",
+                   help="requests in flight per API key (or per address without keys); "
+                        "more get 429 (default 32)")
+    p.add_argument("--read-timeout", type=float, default=Limits.read_timeout,
+                   metavar="SECONDS", help="a request's headers, and its body, must arrive "
+                                           "within this (default 10)")
+
+
+def limits_from(args) -> Limits:
+    return Limits(max_connections=args.max_connections,
+                  max_per_peer=min(Limits.max_per_peer, args.max_connections),
+                  read_timeout=args.read_timeout)
+
+
+def _refusal_headers(refusal: Refusal, close: bool) -> list:
+    headers = [(b"content-type", b"application/json")]
+    if refusal.retry_after is not None:
+        headers.append((b"retry-after", str(refusal.retry_after).encode()))
+    if refusal.status == 401:
+        headers.append((b"www-authenticate", b"Bearer"))
+    if close:
+        headers.append((b"connection", b"close"))
+    return headers
+
+
+class GuardedApp:
+    """`app` behind `guard`; `turn_paths`: POSTs there are turns (counted per caller);
+    `error_shape`: the JSON body of a refusal, in the front's own protocol."""
+
+    def __init__(self, app, guard: FrontGuard, error_shape: ErrorShape,
+                 turn_paths: Collection[str] = (), max_body: int = Limits.max_body):
+        self.app, self.guard, self.error_shape = app, guard, error_shape
+        self.turn_paths, self.max_body = set(turn_paths), max_body
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1")
+                   for k, v in scope.get("headers", ())}
+        peer = str((scope.get("client") or ("?",))[0])
+        has_body = scope["method"] in ("POST", "PUT", "PATCH")
+        caller, refusal = self.guard.admit(headers, peer, has_body)
+        if refusal is None and has_body:
+            body, refusal = await read_body(receive, headers, self.max_body)
+            if body is None and refusal is None:
+                return                      # gone before its body arrived
+        else:
+            body = b""
+        turn = refusal is None and has_body and scope["path"] in self.turn_paths
+        if turn:
+            refusal = self.guard.begin_turn(caller)
+            turn = refusal is None
+        if refusal is not None:
+            await self.refuse(refusal, peer, send, close=has_body)
+            return
+        try:
+            await self._run(scope, caller, body, receive, send, peer)
+        finally:
+            if turn:
+                self.guard.end_turn(caller)
+
+    async def refuse(self, refusal: Refusal, peer: str, send, close: bool) -> None:
+        log = LOG.debug if refusal.status == 429 else LOG.info
+        log(f"refused a request from {peer}: {refusal.status} {refusal.code}")
+        payload = json.dumps(self.error_shape(refusal)).encode()
+        await send({"type": "http.response.start", "status": refusal.status,
+                    "headers": _refusal_headers(refusal, close)})
+        await send({"type": "http.response.body", "body": payload})
+
+    async def _run(self, scope, caller: str, body: bytes, receive, send, peer: str) -> None:
+        """The app, with the body read, cancelled as soon as the caller hangs up."""
+        gone = asyncio.Event()
+        scope = dict(scope, **{CALLER: caller, GONE: gone})
+        handed = []
+
+        async def replay():
+            if not handed:
+                handed.append(True)
+                return {"type": "http.request", "body": body, "more_body": False}
+            await gone.wait()
+            return {"type": "http.disconnect"}
+
+        async def watch():
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            gone.set()
+        app = asyncio.ensure_future(self.app(scope, replay, send))
+        watcher = asyncio.ensure_future(watch())
+        try:
+            await asyncio.wait({app, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            app.cancel()
+            raise
+        finally:
+            watcher.cancel()
+        if app.done():
+            app.result()
+            return
+        LOG.info(f"{peer} hung up: its request was stopped")
+        app.cancel()
+        await asyncio.gather(app, return_exceptions=True)
+
+
+async def read_body(receive, headers: Dict[str, str],
+                    limit: int) -> Tuple[Optional[bytes], Optional[Refusal]]:
+    """The request body, refused (413) as soon as more than `limit` bytes are announced or
+    have arrived; (None, None) when the caller hung up first."""
+    too_large = Refusal(413, f"the request body is over {limit} bytes", "body_too_large")
+    length = headers.get("content-length", "")
+    if length.isdigit() and int(length) > limit:
+        return None, too_large
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None, None
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return None, too_large
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks), None
+
+
+def guarded_protocol(limits: Limits):
+    """uvicorn's h11 protocol with the connection caps and read deadlines of `limits`."""
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+    peers = PeerConnections(limits.max_connections, limits.max_per_peer)
+
+    class GuardedH11Protocol(H11Protocol):
+        _refused = True
+        _deadline: Optional[asyncio.TimerHandle] = None
+        _deadline_for: Any = None
+
+        def connection_made(self, transport) -> None:
+            self._peer = str((transport.get_extra_info("peername") or ("?",))[0])
+            if not peers.admit(self._peer):
+                LOG.debug(f"refused a connection from {self._peer}: over the cap")
+                transport.close()
+                return
+            self._refused = False
+            super().connection_made(transport)
+            self._track()
+
+        def connection_lost(self, exc) -> None:
+            if self._refused:
+                return
+            self._refused = True
+            peers.release(self._peer)
+            self._arm(None)
+            super().connection_lost(exc)
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            self._track()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self._track()
+
+        def _track(self) -> None:
+            """A deadline while the peer owes us a request's headers or body; none while
+            the app answers."""
+            state = self.conn.their_state
+            if state is self._deadline_for:
+                return
+            self._deadline_for = state
+            self._arm(limits.read_timeout if state in (h11.IDLE, h11.SEND_BODY) else None)
+
+        def _arm(self, seconds: Optional[float]) -> None:
+            if self._deadline is not None:
+                self._deadline.cancel()
+            self._deadline = None if seconds is None else \
+                self.loop.call_later(seconds, self._expired)
+
+        def _expired(self) -> None:
+            self._deadline = None
+            if not self.transport.is_closing():
+                LOG.debug(f"closed a connection from {self._peer}: no request within "
+                          f"{limits.read_timeout} s")
+                self.transport.close()
+
+    return GuardedH11Protocol
+
+
+async def serve(app, host: str, port: int, limits: Limits = Limits(), lifespan: str = "off",
+                started: Optional[Callable[[Any], Any]] = None) -> None:
+    """Serve `app` (already a GuardedApp) until the server is told to exit."""
+    import uvicorn
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan=lifespan,
+                            access_log=False, server_header=False,
+                            http=guarded_protocol(limits),
+                            limit_concurrency=limits.max_connections,
+                            timeout_keep_alive=max(1, int(limits.keep_alive)))
+    server = uvicorn.Server(config)
+    if started is not None:
+        started(server)
+    await server.serve()
+
