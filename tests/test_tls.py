@@ -332,3 +332,34 @@ def test_a_pinned_address_is_not_trusted_for_another_port(hub, make_agent, tmp_p
         a.close()
         b.close()
 
+
+
+@pytest.mark.hub
+def test_the_cli_pins_with_self_signed_and_verifies_with_ca_file(tmp_path):
+    """`hivemind-chat --host wss://…` as a person runs it: refused by default, --self-signed
+    pins the hub's own certificate (in $XDG_CONFIG_HOME), --ca-file verifies against it."""
+    import subprocess
+    import sys
+    cli = os.path.join(os.path.dirname(sys.executable), "hivemind-chat")
+    hub = tls_hub("5", tmp_path / "hub")
+    try:
+        creds = hub.add_client()
+        env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "config"),
+               "XDG_STATE_HOME": str(tmp_path / "state"), "HIVEMIND_CHAT_PASSWORD": creds.password}
+        base = [cli, "--host", "wss://127.0.0.1", "--port", str(hub.port), "--key", creds.key,
+                "--no-store"]
+
+        def run(*extra):
+            return subprocess.run([*base, *extra, "hello"], env=env, capture_output=True,
+                                  text=True, timeout=60)
+        refused = run()
+        assert refused.returncode == 1 and "--self-signed" in refused.stderr, refused.stderr
+        pinned = run("--self-signed")
+        assert (pinned.returncode, pinned.stdout.strip()) == (0, "hello there"), pinned.stderr
+        keys = tmp_path / "config" / "hivemind" / "hivemind-chat-agent"
+        assert f"127.0.0.1:{hub.port}" in json.loads((keys / "hub-certificates.json").read_text())
+        by_file = run("--ca-file", str(tmp_path / "hub" / "hub.crt"))
+        # hivemind-core's own certificate names its host name, not 127.0.0.1
+        assert by_file.returncode == 1 and "mismatch" in by_file.stderr, by_file.stderr
+    finally:
+        hub.cleanup()

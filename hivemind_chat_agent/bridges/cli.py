@@ -45,6 +45,10 @@ def build_parser(chat: bool = True) -> argparse.ArgumentParser:
                                       f"--password-file or {PASSWORD_ENV})")
     p.add_argument("--password-file", metavar="PATH",
                    help="read the hub password from this file (its first line)")
+    p.add_argument("--ca-file", metavar="PATH", help="wss://: verify the hub's certificate "
+                   "against this PEM file (its CA or the certificate itself)")
+    p.add_argument("--self-signed", action="store_true", help="wss://: pin the hub's "
+                   "certificate at the first connection and accept only that one later")
     if chat:
         p.add_argument("--session", default="default",
                        help="conversation id; turns with the same id share OVOS session "

@@ -17,6 +17,8 @@ def agent_config(args, out=None) -> dict:
     config = {k: v for k, v in (("host", args.host), ("port", args.port),
                                 ("key", args.key or os.environ.get(KEY_ENV) or None),
                                 ("password", _password(args, out))) if v is not None}
+    config.update(ca_file=getattr(args, "ca_file", None),
+                  self_signed=getattr(args, "self_signed", False))
     config["timeout"] = args.timeout
     config["useragent"] = "hivemind-chat-cli"
     if not args.no_store:

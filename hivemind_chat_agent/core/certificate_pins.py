@@ -63,8 +63,8 @@ def verification_refused(address: str, reason: str, ca_file: Optional[str]) -> H
               "certificate itself) and that the certificate names the host you connect to"
               if ca_file else
               "if the hub uses its own self-signed certificate (hivemind-core generates one), "
-              "set self_signed: true to pin it at the first connection, or ca_file to the "
-              "hub's certificate or its CA")
+              "set self_signed: true (hivemind-chat --self-signed) to pin it at the first "
+              "connection, or ca_file (--ca-file) to the hub's certificate or its CA")
     return HubCertificateError(
         f"the TLS certificate of the hub at {address} does not verify against {against} "
         f"({reason}), so the access key was not sent; {advice}. Otherwise someone on the "
