@@ -130,7 +130,9 @@ def _stamp(path: Optional[str]) -> Tuple[int, int]:
 
 
 @lru_cache(maxsize=8)
-def _context(ca_file: Optional[str], _stamp: Tuple[int, int], pinning: bool) -> ssl.SSLContext:
+def _context(ca_file: Optional[str], version: Tuple[int, int], pinning: bool) -> ssl.SSLContext:
+    """`version` (the file's mtime and size) is only part of the cache key: a replaced CA file
+    is read again."""
     if pinning:   # the pin vouches, not a CA: checked in open_tls before anything is sent
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
         context.check_hostname = False
