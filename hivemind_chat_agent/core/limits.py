@@ -11,6 +11,7 @@ why, in one bounded log line.
 
 MAX_ID_BYTES = 256       # a declared session id or a turn id, UTF-8 encoded
 SHOWN_CHARS = 32         # what a log line or an error shows of a value (then its length)
+NAME_CHARS = 96          # what a log line shows of a peer's name (hivemind-core's, from HELLO)
 
 
 def id_bytes(value: str) -> int:
@@ -38,6 +39,12 @@ def shown(value: object, keep: int = SHOWN_CHARS, quote: bool = True) -> str:
     head = repr(head) if quote else "".join(c if c.isprintable() else repr(c)[1:-1]
                                             for c in head)
     return head if len(text) <= keep else f"{head}… ({id_bytes(text)} bytes)"
+
+
+def shown_name(peer: object) -> str:
+    """A connection's name (its peer string, which carries the HELLO's session id) as a log
+    line shows it: bare when short and printable, bounded always."""
+    return shown(peer, NAME_CHARS, quote=False)
 
 
 def too_long(what: str, value: str, bound: int = MAX_ID_BYTES) -> str:

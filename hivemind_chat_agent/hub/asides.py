@@ -8,6 +8,7 @@ from typing import Any, Callable, Dict
 from ovos_bus_client.message import Message
 from ovos_utils.log import LOG
 
+from hivemind_chat_agent.core.limits import shown_name
 from hivemind_chat_agent.core.protocol_names import SPEAK_TYPE
 from hivemind_chat_agent.hub.settings import PLUGIN_NAME
 
@@ -49,7 +50,7 @@ class Asides:
             aside.subscription = subscribe(
                 turn.session_id, callback=lambda text: self._forward(aside, text))
         except Exception as e:   # the turn itself reports an unreachable upstream
-            LOG.info(f"not following speech between turns of {turn.peer}: "
+            LOG.info(f"not following speech between turns of {shown_name(turn.peer)}: "
                      f"{type(e).__name__}")
             with self._lock:
                 self._by_session.pop(turn.session_id, None)

@@ -7,12 +7,20 @@ Two backends, chosen by `conversation_store` in the plugin's config:
 - `"memory"` (the default): this process only. Transcripts live in a dict, Sessions in OVOS's
   `SessionManager`, the secret in a file beside hivemind-core's database (hub/secret.py). What
   a satellite session left is released when the hub forgets the session (TTL, disconnect, the
-  per-client cap).
+  per-client cap). Turn records are kept per client (hub/turn_table.py).
 - `"redis://HOST:PORT/DB"` (extra `[redis]`): shared by every replica behind one address. Each
   conversation's keys expire `session_ttl` after its last turn rather than on disconnect (the
   satellite may be on its way to another replica). An unreachable Redis raises
   `ConversationStoreError`: the turn fails with reason "store_unavailable" and the satellite is
-  told; the `redis` client's connection pool reconnects by itself when Redis is back.
+  told; the `redis` client's connection pool reconnects by itself when Redis is back. Redis
+  holds `max_sessions_per_client` itself, across replicas: a client's least recently used
+  session beyond it is deleted with its keys.
+
+`client` (a client's fingerprint, core/satellites.client_fingerprint; "" for none) names whose
+bounds a session and its turn records count against: each client keeps at most
+`max_sessions_per_client` sessions (Redis; the plugin's SatelliteSessions in memory) and
+`max_turn_records_per_client` turn records, so one client's churn never evicts another's.
+A claim past a client's cap that only running records fill raises `TurnRecordsFull`.
 
 Methods are called from the plugin's worker threads and the IO loop; both backends are
 thread-safe.
@@ -20,31 +28,23 @@ thread-safe.
 import json
 import threading
 import time
-from collections import OrderedDict
-from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Dict, List, Optional, Protocol, Tuple
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Protocol
 
 from ovos_bus_client.session import SessionManager
 
 from hivemind_chat_agent.core.transcript import Exchange, Transcripts, clip, oldest_over
 from hivemind_chat_agent.hub.secret import hub_secret
+from hivemind_chat_agent.hub.turn_table import (DONE, RUNNING, TurnRecord, TurnRecordsFull,
+                                                TurnRecordTable)
+
+__all__ = ["ConversationStore", "MemoryStore", "TurnRecord", "TurnRecordsFull", "Begun",
+           "RUNNING", "DONE"]
 
 KEY_PREFIX = "hivemind-chat:"
 REDIS_TIMEOUT = 2.0    # seconds: a Redis that does not answer fails the turn, never hangs it
 TURN_RECORD_TTL = 600.0   # a turn's record answers a repeated id for this long after its end
-RUNNING, DONE = "running", "done"
-
-
-@dataclass
-class TurnRecord:
-    """What a hub sharing the store knows of one turn id of one conversation: being run
-    (by `owner`, which is alive or not) or done, with the sentences the satellite was sent and
-    how it ended (ANSWERED, STOPPED, or an EndReason value)."""
-    state: str
-    owner: str = ""
-    sentences: List[str] = field(default_factory=list)
-    ended: str = ""
-    owner_alive: bool = True
+MAX_TURN_RECORDS_PER_CLIENT = 256   # the default of max_turn_records_per_client
 
 
 @dataclass
@@ -57,14 +57,16 @@ class Begun:
 
 
 class ConversationStore(Protocol):
-    def begin(self, session_id: str, turn_id: str) -> Begun:
-        """A turn of the session starts (`turn_id` "" for one without an id: no record)."""
+    def begin(self, session_id: str, turn_id: str, client: str = "") -> Begun:
+        """A turn of `client`'s session starts (`turn_id` "" for one without an id: no
+        record). TurnRecordsFull: its record could not be started (see the module)."""
 
     def finish(self, session_id: str, turn_id: str, exchange: Exchange, sentences: List[str],
-               earlier: List[Exchange], keep_exchange: bool) -> None:
+               earlier: List[Exchange], keep_exchange: bool, client: str = "") -> None:
         """A turn this hub ran ended: its exchange joins the history (if `keep_exchange`,
-        bounded; `earlier` is the history the turn began with) and, with a `turn_id`, its
-        record is done with `sentences` and how it ended (`exchange.ended`)."""
+        bounded; `earlier` is the history the turn began with; not if the client's session
+        was evicted meanwhile) and, with a `turn_id`, its record is done with `sentences`
+        and how it ended (`exchange.ended`)."""
 
     def history(self, session_id: str) -> List[Exchange]:
         """The session's kept exchanges, oldest first."""
@@ -72,8 +74,8 @@ class ConversationStore(Protocol):
     def record(self, session_id: str, exchange: Exchange) -> None:
         """Keep an exchange, within the bounds of history_turns and history_bytes."""
 
-    def keep_session(self, session_id: str, session: Dict[str, Any]) -> None:
-        """The Session as the engine left it after a turn."""
+    def keep_session(self, session_id: str, session: Dict[str, Any], client: str = "") -> None:
+        """The Session as the engine left it after a turn (unless the session was evicted)."""
 
     def forget(self, session_id: str) -> None:
         """This hub no longer follows the session (its TTL, a disconnect, the cap)."""
@@ -82,9 +84,10 @@ class ConversationStore(Protocol):
         """The hub secret engine session ids are keyed with, the same for every hub sharing
         the store."""
 
-    def claim_turn(self, session_id: str, turn_id: str) -> Optional[TurnRecord]:
+    def claim_turn(self, session_id: str, turn_id: str, client: str = "") -> Optional[TurnRecord]:
         """None: no record of this turn id yet; one is started, owned by this hub, which runs
-        the turn. Otherwise the record there is (another attempt of the same turn)."""
+        the turn. Otherwise the record there is (another attempt of the same turn).
+        TurnRecordsFull: none could be started."""
 
     def take_over(self, session_id: str, turn_id: str) -> bool:
         """The record's owner is gone: make it this hub's, to run the turn again; False if
@@ -98,17 +101,17 @@ class ConversationStore(Protocol):
 
 
 class MemoryStore:
-    """One hub's memory: a transcript dict under a lock, OVOS's SessionManager, a secret file."""
+    """One hub's memory: a transcript dict under a lock, OVOS's SessionManager, a secret file,
+    each client's turn records (this process is their only owner)."""
 
-    MAX_TURN_RECORDS = 4096
-
-    def __init__(self, history_turns: int, history_bytes: int, data_home: Callable[[], str]):
+    def __init__(self, history_turns: int, history_bytes: int, data_home: Callable[[], str],
+                 max_turn_records_per_client: int = MAX_TURN_RECORDS_PER_CLIENT,
+                 clock: Callable[[], float] = time.monotonic):
         self.transcripts = Transcripts(history_turns, history_bytes)
         self._lock = threading.Lock()
         self._data_home = data_home
         self._secret: Optional[bytes] = None
-        # (session, turn id) -> (record, when it ended); this process is the only owner
-        self._turns: "OrderedDict[Tuple[str, str], Tuple[TurnRecord, float]]" = OrderedDict()
+        self.turns = TurnRecordTable(max_turn_records_per_client, TURN_RECORD_TTL, clock)
 
     def history(self, session_id: str) -> List[Exchange]:
         with self._lock:
@@ -118,24 +121,21 @@ class MemoryStore:
         with self._lock:
             self.transcripts.record(session_id, exchange)
 
-    def begin(self, session_id: str, turn_id: str) -> Begun:
-        record = self.claim_turn(session_id, turn_id) if turn_id else None
+    def begin(self, session_id: str, turn_id: str, client: str = "") -> Begun:
+        record = self.claim_turn(session_id, turn_id, client) if turn_id else None
         kept = SessionManager.sessions.get(session_id)
         return Begun(record, kept.serialize() if kept is not None else None,
                      self.history(session_id))
 
     def finish(self, session_id: str, turn_id: str, exchange: Exchange, sentences: List[str],
-               earlier: List[Exchange], keep_exchange: bool) -> None:
+               earlier: List[Exchange], keep_exchange: bool, client: str = "") -> None:
         if keep_exchange:
             self.record(session_id, exchange)
         if turn_id:
             with self._lock:
-                held = self._turns.get((session_id, turn_id))
-                if held is not None:
-                    done = TurnRecord(DONE, sentences=list(sentences), ended=exchange.ended)
-                    self._turns[(session_id, turn_id)] = (done, time.monotonic())
+                self.turns.done(session_id, turn_id, sentences, exchange.ended)
 
-    def keep_session(self, session_id: str, session: Dict[str, Any]) -> None:
+    def keep_session(self, session_id: str, session: Dict[str, Any], client: str = "") -> None:
         """Nothing to do: the engine's Session is in SessionManager already."""
 
     def forget(self, session_id: str) -> None:
@@ -150,29 +150,16 @@ class MemoryStore:
     def close(self) -> None:
         pass
 
-    def claim_turn(self, session_id: str, turn_id: str) -> Optional[TurnRecord]:
+    def claim_turn(self, session_id: str, turn_id: str, client: str = "") -> Optional[TurnRecord]:
         with self._lock:
-            self._expire_turns()
-            held = self._turns.get((session_id, turn_id))
-            if held is not None:
-                return replace(held[0], sentences=list(held[0].sentences))
-            self._turns[(session_id, turn_id)] = (TurnRecord(RUNNING), float("inf"))
-            while len(self._turns) > self.MAX_TURN_RECORDS:
-                self._turns.popitem(last=False)
-        return None
+            return self.turns.claim(client, session_id, turn_id)
 
     def take_over(self, session_id: str, turn_id: str) -> bool:
         return False     # the owner is this process, alive as long as the store is
 
     def turn_record(self, session_id: str, turn_id: str) -> Optional[TurnRecord]:
         with self._lock:
-            held = self._turns.get((session_id, turn_id))
-            return replace(held[0], sentences=list(held[0].sentences)) if held else None
-
-    def _expire_turns(self) -> None:
-        cutoff = time.monotonic() - TURN_RECORD_TTL
-        for key in [k for k, (_, ended) in self._turns.items() if ended < cutoff]:
-            del self._turns[key]
+            return self.turns.get(session_id, turn_id)
 
 
 def record_to_json(record: TurnRecord) -> str:

@@ -13,6 +13,7 @@ from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
 from ovos_utils.log import LOG
 
 from hivemind_chat_agent.core.clock import Clock
+from hivemind_chat_agent.core.limits import shown, shown_name
 from hivemind_chat_agent.core.protocol_names import HANDLED_TYPE, SPEAK_TYPE, UNMATCHED_TYPE
 from hivemind_chat_agent.core.transcript import ANSWERED, STOPPED, Exchange, engine_messages
 from hivemind_chat_agent.core.turns import EndReason
@@ -66,6 +67,7 @@ class HubTurn:
         self.timer = None   # cancels its rolling timeout (the protocol clock's timer)
         self._stopping = False
         self.turn_id = ""          # the client's id for this turn (its tag), if it sent one
+        self.store_client = ""     # whose bounds it counts against in the conversation store
         self.owns_record = False   # this hub runs it and keeps its record (hub/turn_records)
         self.replayed = False      # answered from the record of an earlier run
         self.earlier: List[Any] = []   # the history it began with (core/transcript.Exchange)
@@ -115,7 +117,7 @@ class HubTurn:
                     if not self.speak(sentence):
                         return
         except Exception as e:   # logged before the satellite hears of it
-            LOG.warning(f"engine raised {type(e).__name__}: {e}")
+            LOG.warning(f"engine raised {type(e).__name__}: {shown(str(e), 300, quote=False)}")
             self.finish(failed=True, why=f"engine raised {type(e).__name__}",
                         reason=EndReason.ENGINE_ERROR)
             return
@@ -153,7 +155,7 @@ class HubTurn:
         if not self._end(tell):
             return False
         if failed and why and reason not in (EndReason.NONE, EndReason.NOT_UNDERSTOOD):
-            LOG.warning(f"answering {self.peer} with a failure: {why}")
+            LOG.warning(f"answering {shown_name(self.peer)} with a failure: {why}")
         return True
 
     def abandon(self) -> bool:

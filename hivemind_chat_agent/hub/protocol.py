@@ -13,7 +13,6 @@ relaying to another hub does: alarms, reminders, late answers) has that speech f
 the satellite session it belongs to, while the satellite is connected.
 """
 import dataclasses
-import threading
 import time
 from threading import Lock
 from typing import Any, Dict, Iterator, List, Optional
@@ -25,27 +24,32 @@ from ovos_plugin_manager.templates.agents import ChatEngine
 from ovos_utils.log import LOG
 from ovos_utils.xdg_utils import xdg_data_home
 
-from hivemind_chat_agent import background, compat
+from hivemind_chat_agent import compat
 from hivemind_chat_agent.core.clock import Clock
 from hivemind_chat_agent.core.conversation import conversation_for_turn
+from hivemind_chat_agent.core.limits import over_bound, shown, shown_name, too_long
 from hivemind_chat_agent.core.transcript import Exchange
 from hivemind_chat_agent.core.protocol_names import STOP_TYPES, UTTERANCE_TYPES
 from hivemind_chat_agent.core.turns import EndReason
 from hivemind_chat_agent.core.replies import first_utterance
-from hivemind_chat_agent.core.satellites import SatelliteSessions, engine_session_id
+from hivemind_chat_agent.core.satellites import (SatelliteSessions, client_fingerprint,
+                                                  engine_session_id)
 from hivemind_chat_agent.compat import register_session as register
 from hivemind_chat_agent.hub.agent_bus import AgentBus
 from hivemind_chat_agent.hub.asides import Asides
 from hivemind_chat_agent.hub.connections import (connection_client, connection_closed,
                                                  connection_token, mark_closed)
 from hivemind_chat_agent.hub.hub_turn import HubTurn, OpenTurns, agent_messages
+from hivemind_chat_agent.hub.conversation_store import TurnRecordsFull
 from hivemind_chat_agent.hub.stores import open_store
 from hivemind_chat_agent.hub.turn_records import run_here, turn_id_of
 from hivemind_chat_agent.hub.links import install_links, link_for
 from hivemind_chat_agent.hub.loop_clock import IOLoopClock
-from hivemind_chat_agent.errors import ConversationStoreError, ReplyNotSent
+from hivemind_chat_agent.errors import (ConversationStoreError, IdentifierTooLongError,
+                                        ReplyNotSent)
 from hivemind_chat_agent.hub.query import stream_answer
 from hivemind_chat_agent.hub.serial_executor import KeyedSerialExecutor, QueueFull
+from hivemind_chat_agent.hub.stops import stop_turns
 from hivemind_chat_agent.hub.settings import PLUGIN_NAME, HubSettings, load_engine
 
 __all__ = ["ChatAgentProtocol", "HubSettings", "PLUGIN_NAME", "load_engine"]
@@ -82,7 +86,10 @@ class ChatAgentProtocol(AgentProtocol):
         self.open_turns = OpenTurns()
         self.store = open_store(self.settings.conversation_store, self.settings.history_turns,
                                 self.settings.history_bytes, self.settings.session_ttl,
-                                data_home=lambda: str(xdg_data_home()))   # beside core's db
+                                data_home=lambda: str(xdg_data_home()),   # beside core's db
+                                max_sessions_per_client=self.settings.max_sessions_per_client,
+                                max_turn_records_per_client=(
+                                    self.settings.max_turn_records_per_client))
         install_links()
         compat.for_hub()   # stock satellites pick JSON-B91, whose C codec leaks
         for msg_type in UTTERANCE_TYPES:
@@ -101,21 +108,23 @@ class ChatAgentProtocol(AgentProtocol):
     # ---- IO loop thread: keep it short ----
     def _satellite(self, message: Message, what: str):
         """(client, peer, its declared Session, engine session id) of an authenticated
-        satellite's message, or None (logged) for one not to act on."""
+        satellite's message, or None (logged) for one not to act on. IdentifierTooLongError
+        for a declared session id over core/limits.MAX_ID_BYTES (nothing of it is kept),
+        ConversationStoreError when the store holding the hub secret is down."""
         peer = message.context.get("peer") or message.context.get("source")
         client = self.clients.get(peer)
         if client is None:
-            LOG.info(f"ignoring {what} from {peer}: no such satellite is connected")
+            LOG.info(f"ignoring {what} from {shown_name(peer)}: no such satellite is connected")
             return None
         link = link_for(client)
         if link is None:
-            LOG.warning(f"refusing {what} from {peer}: its connection "
+            LOG.warning(f"refusing {what} from {shown_name(peer)}: its connection "
                         f"({type(client).__name__}) is of no hivemind-core generation this "
                         "plugin knows (4.x or 5.x); nothing is answered")
             return None
         if not link.authenticated(client):
-            LOG.warning(f"refusing {what} from {peer}: it was not encrypted under the "
-                        "connection's key (the sender knows the access key, not the "
+            LOG.warning(f"refusing {what} from {shown_name(peer)}: it was not encrypted under "
+                        "the connection's key (the sender knows the access key, not the "
                         "password); nothing is answered")
             return None
         sat_session = message.context.get("session")
@@ -124,8 +133,10 @@ class ChatAgentProtocol(AgentProtocol):
             sat_session = {"session_id": "default"}
         # keyed by the id the satellite declared, so its engine session is the same on 4.x
         # and 5.x hubs (and across an upgrade); replies carry that id back
-        sat_session = dict(sat_session, session_id=link.declared_session_id(
-            client, sat_session["session_id"]))
+        declared = link.declared_session_id(client, sat_session["session_id"])
+        if over_bound(declared):
+            raise IdentifierTooLongError(too_long("session id", declared))
+        sat_session = dict(sat_session, session_id=declared)
         session_id = engine_session_id(self._secret, client.key, sat_session["session_id"])
         return client, peer, sat_session, session_id
 
@@ -134,11 +145,18 @@ class ChatAgentProtocol(AgentProtocol):
         try:
             satellite = self._satellite(message, "an utterance")
         except ConversationStoreError as e:
-            self._fail_unnamed(message, e)
+            self._fail_unnamed(message, str(e), EndReason.STORE_UNAVAILABLE)
+            return
+        except IdentifierTooLongError as e:
+            self._fail_unnamed(message, str(e), EndReason.ID_TOO_LONG)
             return
         if satellite is None:
             return
         client, peer, sat_session, session_id = satellite
+        turn_id = turn_id_of(message.context)
+        if over_bound(turn_id):
+            self._fail_unnamed(message, too_long("turn id", turn_id), EndReason.ID_TOO_LONG)
+            return
         utterance = first_utterance(message.data)
         loop = IOLoop.current()
         with self._satellites_lock:
@@ -150,7 +168,8 @@ class ChatAgentProtocol(AgentProtocol):
             self.clock.call_later(self._sweep_interval, self._sweep)
         turn = HubTurn(self, message, client, peer, loop, utterance or "", sat_session,
                        session_id)
-        turn.turn_id = turn_id_of(message.context)
+        turn.turn_id = turn_id
+        turn.store_client = client_fingerprint(self._secret, connection_client(client))
         if not (utterance or "").strip():   # still a turn: it gets its end, never silence
             turn.finish(failed=True, why="the utterance has no text", reason=EndReason.NO_TEXT)
             return
@@ -163,46 +182,26 @@ class ChatAgentProtocol(AgentProtocol):
             return
         self._watch(turn)
 
-    def _fail_unnamed(self, message: Message, error: ConversationStoreError) -> None:
-        """IO loop: an utterance whose engine session cannot even be named (the store holding
-        the hub secret is down) still gets its end, with the reason."""
+    def _fail_unnamed(self, message: Message, why: str, reason: EndReason) -> None:
+        """IO loop: an utterance whose engine session cannot be named (the store holding the
+        hub secret is down, an id over its bound) still gets its end, with the reason; the
+        one log line is the turn's (`why` is bounded)."""
         from tornado.ioloop import IOLoop
-        peer = message.context.get("peer") or message.context.get("source")
-        sat_session = message.context.get("session")
-        if not isinstance(sat_session, dict):
-            sat_session = {"session_id": "default"}
+        peer, sat_session = self._sender(message)
         turn = HubTurn(self, message, self.clients.get(peer), peer, IOLoop.current(), "",
                        sat_session, "")
-        turn.finish(failed=True, why=str(error), reason=EndReason.STORE_UNAVAILABLE)
-
-    def _on_stop(self, message: Message) -> None:
-        """IO loop: a satellite stops its session's answer (barge-in), as OVOS stops speech:
-        each of that session's open turns ends now with its `ovos.utterance.handled` and says
-        nothing more; an engine that can stop a session's work (`stop_session`) is told to,
-        off this loop. Answered, like a skill, with "<plugin>.stop.response"."""
-        satellite = self._satellite(message, "a stop")
-        if satellite is None:
-            return
-        client, peer, sat_session, session_id = satellite
-        stopped = [turn for turn in self.open_turns.of(session_id, client) if turn.stop()]
-        for turn in stopped:
-            self.executor.cancel(session_id, turn.job)        # if it never started
-        stop_session = getattr(self.engine, "stop_session", None)
-        if stopped and callable(stop_session):
-            background.start(threading.Thread(target=self._stop_engine, daemon=True,
-                                              args=(stop_session, session_id)))
-        ctx = dict(message.context)
-        ctx["source"], ctx["destination"] = PLUGIN_NAME, peer
-        ctx["session"] = sat_session
-        self._send(client, peer, Message(f"{PLUGIN_NAME}.stop.response",
-                                 {"skill_id": PLUGIN_NAME, "result": bool(stopped)}, ctx))
+        turn.finish(failed=True, why=why, reason=reason)
 
     @staticmethod
-    def _stop_engine(stop_session, session_id: str) -> None:
-        try:
-            stop_session(session_id)
-        except Exception as e:   # the turn has ended anyway; the engine's bug is logged
-            LOG.warning(f"the engine failed to stop a session: {type(e).__name__}: {e}")
+    def _sender(message: Message):
+        """(peer, Session as sent) of a message whose satellite was not looked up."""
+        sat_session = message.context.get("session")
+        return (message.context.get("peer") or message.context.get("source"),
+                sat_session if isinstance(sat_session, dict) else {"session_id": "default"})
+
+    def _on_stop(self, message: Message) -> None:
+        """IO loop: a satellite stops its session's answer (hub/stops.py)."""
+        stop_turns(self, message)
 
     def _watch(self, turn: HubTurn) -> None:
         """Rolling timeout on the clock's timers (the IO loop's): no thread per turn."""
@@ -276,9 +275,10 @@ class ChatAgentProtocol(AgentProtocol):
                 raise ReplyNotSent(f"unknown connection type {type(client).__name__}")
             link.send(client, reply)
         except ReplyNotSent as e:
-            LOG.warning(f"not sending {reply.msg_type} to {peer}: {e}")
+            LOG.warning(f"not sending {reply.msg_type} to {shown_name(peer)}: {e}")
         except Exception as e:
-            LOG.warning(f"could not send {reply.msg_type} to {peer}: {type(e).__name__}: {e}")
+            LOG.warning(f"could not send {reply.msg_type} to {shown_name(peer)}: "
+                        f"{type(e).__name__}: {shown(str(e), 200, quote=False)}")
 
     # ---- worker thread ----
     def _run(self, turn: HubTurn) -> None:
@@ -289,11 +289,12 @@ class ChatAgentProtocol(AgentProtocol):
             return
         turn.deadline = self.clock.now() + self.settings.timeout
         try:
-            begun = self.store.begin(turn.session_id, turn.turn_id)
+            begun = self.store.begin(turn.session_id, turn.turn_id, client=turn.store_client)
             if not run_here(self.store, turn, begun.record, self.clock.sleep):
                 return     # answered from the turn's record (hub/turn_records.py)
-        except ConversationStoreError as e:
-            turn.finish(failed=True, why=str(e), reason=EndReason.STORE_UNAVAILABLE)
+        except (ConversationStoreError, TurnRecordsFull) as e:
+            turn.finish(failed=True, why=str(e), reason=EndReason.BUSY if isinstance(
+                e, TurnRecordsFull) else EndReason.STORE_UNAVAILABLE)
             self._forget_if_untracked(turn.session_id)
             return
         turn.earlier, kept = begun.history, begun.session
@@ -304,18 +305,18 @@ class ChatAgentProtocol(AgentProtocol):
         try:
             self.asides.follow(turn)
             turn.converse(self.engine, sess, agent_messages(begun.history, turn.utterance))
-            self._keep_session(turn.session_id, began)
+            self._keep_session(turn.session_id, began, turn.store_client)
         finally:
             self._forget_if_untracked(turn.session_id)
 
-    def _keep_session(self, session_id: str, began: Dict[str, Any]) -> None:
+    def _keep_session(self, session_id: str, began: Dict[str, Any], client: str) -> None:
         """The Session as the engine left it, written only when it changed."""
         sess = SessionManager.sessions.get(session_id)
         now = sess.serialize() if sess is not None else began
         if now == began:
             return
         try:
-            self.store.keep_session(session_id, now)
+            self.store.keep_session(session_id, now, client=client)
         except ConversationStoreError as e:   # answered already; the next turn may fail
             LOG.warning(f"the session after a turn was not kept: {e}")
 
@@ -336,7 +337,8 @@ class ChatAgentProtocol(AgentProtocol):
         try:
             self.store.finish(turn.session_id, turn.turn_id if turn.owns_record else "",
                               Exchange(turn.utterance, "\n".join(turn.sentences), ended),
-                              turn.sentences, turn.earlier, keep_exchange=tracked)
+                              turn.sentences, turn.earlier, keep_exchange=tracked,
+                              client=turn.store_client)
         except ConversationStoreError as e:   # the satellite has its answer
             LOG.warning(f"a turn's exchange and record were not kept: {e}")
 

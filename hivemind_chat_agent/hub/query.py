@@ -16,6 +16,7 @@ from ovos_utils.log import LOG
 
 from hivemind_chat_agent.compat import register_session as register
 from hivemind_chat_agent.core.clock import Clock
+from hivemind_chat_agent.core.limits import shown
 from hivemind_chat_agent.core.transcript import ANSWERED, STOPPED, Exchange
 from hivemind_chat_agent.core.turns import EndReason
 from hivemind_chat_agent.errors import ConversationStoreError
@@ -125,7 +126,7 @@ def stream_answer(protocol: QueryHost, utterance: str, lang: str,
                 ended = ANSWERED if said else EndReason.NOT_UNDERSTOOD.value
             elif isinstance(item, Exception):
                 LOG.warning(f"QUERY answer ended early: engine raised "
-                            f"{type(item).__name__}: {item}")
+                            f"{type(item).__name__}: {shown(str(item), 300, quote=False)}")
                 ended = EndReason.ENGINE_ERROR.value
             else:
                 said.append(item)

@@ -21,6 +21,7 @@ class HubSettings:
     max_queue_per_client: int = 16   # turns of one access key waiting
     session_ttl: float = 3600.0  # a satellite session unseen this long is forgotten
     max_sessions_per_client: int = 256   # beyond: the client's least recently seen is forgotten
+    max_turn_records_per_client: int = 256   # beyond: its oldest finished record is dropped
     history_turns: int = 10      # earlier exchanges the engine gets with each utterance (0: none)
     history_bytes: int = 32768   # and at most this much of their text, per session
     conversation_store: str = "memory"   # or "redis://HOST:PORT/DB", shared by replicas
@@ -45,6 +46,8 @@ class HubSettings:
                            session_ttl=float(config.get("session_ttl", 3600)),
                            max_sessions_per_client=int(config.get("max_sessions_per_client",
                                                                   256)),
+                           max_turn_records_per_client=int(config.get(
+                               "max_turn_records_per_client", 256)),
                            history_turns=int(config.get("history_turns", 10)),
                            history_bytes=int(config.get("history_bytes", 32768)),
                            conversation_store=str(config.get("conversation_store") or "memory"))
@@ -54,6 +57,7 @@ class HubSettings:
                 or settings.max_queue_per_session < 1 or settings.session_ttl <= 0 \
                 or settings.workers_per_client < 1 or settings.max_queue_per_client < 1 \
                 or settings.max_sessions_per_client < 1 or settings.history_turns < 0 \
+                or settings.max_turn_records_per_client < 1 \
                 or settings.history_bytes < 256:
             raise ConfigurationError(f"{PLUGIN_NAME}: timeout and session_ttl must be > 0, "
                                      "workers, max_queue and the per-session and per-client "

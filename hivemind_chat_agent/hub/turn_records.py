@@ -10,7 +10,9 @@ can still finish.
                         the sentences it already has)
 
 Our client sends a turn id (its turn tag) with every utterance; utterances without one
-(stock satellites) keep no record.
+(stock satellites) keep no record. A turn id is bounded (core/limits.MAX_ID_BYTES): the plugin
+refuses a longer one before anything is kept. Records are kept per client (the store's
+`client`), so another client's turns never push one out (hub/turn_table.py).
 """
 from typing import Any, Optional
 
@@ -23,13 +25,13 @@ from hivemind_chat_agent.hub.conversation_store import DONE, ConversationStore, 
 from hivemind_chat_agent.hub.hub_turn import HubTurn
 
 POLL = 0.1       # seconds between looks at a record another replica is running
-MAX_TURN_ID = 64
 
 
 def turn_id_of(context: Any) -> str:
-    """The turn id an utterance carries ("" for none, or one that is not a short string)."""
+    """The turn id an utterance carries ("" for none, or for one that is not a string); its
+    length is for the caller to check (core/limits.over_bound)."""
     tag = context.get(TURN_TAG_KEY) if isinstance(context, dict) else None
-    return tag if isinstance(tag, str) and 0 < len(tag) <= MAX_TURN_ID else ""
+    return tag if isinstance(tag, str) else ""
 
 
 def run_here(store: ConversationStore, turn: HubTurn, record: Optional[TurnRecord],
@@ -37,7 +39,8 @@ def run_here(store: ConversationStore, turn: HubTurn, record: Optional[TurnRecor
     """Worker thread: True if this hub is to run the turn (it owns its record, or the turn has
     no id); False if it was answered from the record or ended while waiting. `record` is what
     `store.begin` found (None: claimed for this hub). Raises ConversationStoreError when the
-    store is down."""
+    store is down, TurnRecordsFull when the record lapsed and the client has no room for it
+    again."""
     if not turn.turn_id:
         return True
     while record is not None:
@@ -51,7 +54,7 @@ def run_here(store: ConversationStore, turn: HubTurn, record: Optional[TurnRecor
             return False
         sleep(POLL)
         record = store.turn_record(turn.session_id, turn.turn_id) or \
-            store.claim_turn(turn.session_id, turn.turn_id)
+            store.claim_turn(turn.session_id, turn.turn_id, turn.store_client)
     turn.owns_record = True
     return True
 
