@@ -192,7 +192,7 @@ def test_a_turn_whose_owner_died_is_taken_over_and_run_again(replicas, redis_ser
         "hivemind-chat:history:*")]
     session_id = session_key.decode().split("history:", 1)[1]
     raw = redis.Redis.from_url(redis_server.url)
-    raw.set(f"hivemind-chat:turn:{session_id}:t-orphan", record_to_json(
+    raw.set(f"hivemind-chat:turn:{len(session_id.encode())}:{session_id}:t-orphan", record_to_json(
         TurnRecord(RUNNING, "a-replica-that-died")))
     assert b.ask("count 2", turn_id="t-orphan") == ["sentence 1", "sentence 2"]
     assert b.protocol.engine.asked == ["hello", "count 2"]
@@ -216,14 +216,147 @@ def test_a_turn_record_is_claimed_once_and_done_with_what_was_said(backend, tmp_
     store.close()
 
 
-def test_the_memory_store_keeps_turn_records_bounded(tmp_path):
-    from hivemind_chat_agent.hub.conversation_store import MemoryStore
-    store = MemoryStore(2, 256, data_home=lambda: str(tmp_path))
-    assert store.claim_turn("s", "t1") is None
-    assert not store.take_over("s", "t1")
-    for i in range(MemoryStore.MAX_TURN_RECORDS + 5):
-        store.claim_turn("s", f"many-{i}")
-    assert store.turn_record("s", "t1") is None                # the oldest went first
+def answered(store, session_id, turn_id, client, said="said"):
+    """One turn of `client` run through `store`, with its record done."""
+    begun = store.begin(session_id, turn_id, client=client)
+    assert begun.record is None, begun.record
+    store.finish(session_id, turn_id, Exchange("q", said, ANSWERED), [said], begun.history,
+                 keep_exchange=True, client=client)
+
+
+def test_one_clients_churn_never_evicts_another_clients_running_record(tmp_path):
+    """The memory store's turn records were one table of 4,096 for all clients: any client's
+    churn evicted the oldest, another client's running one too, and that turn, sent again,
+    ran twice."""
+    from hivemind_chat_agent.hub.conversation_store import RUNNING, MemoryStore
+    store = MemoryStore(2, 256, data_home=lambda: str(tmp_path), max_turn_records_per_client=8)
+    assert store.begin("sat-a-kitchen", "t-running", client="a").record is None
+    for i in range(5000):
+        answered(store, f"sat-b-{i % 40}", f"churn-{i}", "b")
+    assert store.turn_record("sat-a-kitchen", "t-running").state == RUNNING
+    again = store.begin("sat-a-kitchen", "t-running", client="a").record
+    assert again.state == RUNNING        # the resent turn waits for its run: never a second
+    assert store.turns.count("b") == 8 and store.turns.count("a") == 1
+    assert store.turn_record("sat-b-39", "churn-4999").sentences == ["said"]
+
+
+def test_a_client_over_its_cap_drops_its_own_oldest_finished_record_or_refuses_the_turn():
+    from fake_clock import FakeClock
+    from hivemind_chat_agent.hub.conversation_store import DONE, RUNNING
+    from hivemind_chat_agent.hub.turn_table import TurnRecordsFull, TurnRecordTable
+    from hivemind_chat_agent.errors import HubBusyError
+    clock = FakeClock()
+    table = TurnRecordTable(3, ttl=600, now=clock.now)
+    assert table.claim("a", "s", "t1") is None
+    table.done("s", "t1", ["one"], ANSWERED)
+    assert table.claim("a", "s", "t2") is None                 # stays running
+    assert table.claim("a", "s", "t3") is None
+    table.done("s", "t3", ["three"], ANSWERED)
+    assert table.claim("a", "s", "t4") is None                 # t1, the oldest done, goes
+    assert table.get("s", "t1") is None and table.get("s", "t2").state == RUNNING
+    assert table.claim("a", "s", "t5") is None                 # then t3; t2 still running
+    assert table.get("s", "t3") is None and table.get("s", "t2").state == RUNNING
+    with pytest.raises(TurnRecordsFull, match="all belong to turns still running") as full:
+        table.claim("a", "s", "t6")                            # t2, t4, t5 all running
+    assert isinstance(full.value, HubBusyError)                # the satellite hears "busy"
+    assert table.get("s", "t6") is None and table.count("a") == 3
+    assert table.claim("b", "s2", "t1") is None                # another client is not full
+    assert table.claim("a", "s", "t2").state == RUNNING        # a repeat is still answered
+    table.done("s", "t4", ["four"], ANSWERED)
+    assert table.claim("a", "s", "t6") is None                 # room again: t4 goes
+    assert table.get("s", "t4") is None and table.get("s", "t6").state == RUNNING
+    clock.advance(601)                                         # every record lapses, in order
+    assert table.get("s", "t2") is None
+    assert table.claim("a", "s", "t7") is None and table.count("a") == 1
+    table.done("s", "t7", ["seven"], ANSWERED)
+    assert (table.get("s", "t7").state, table.get("s", "t7").sentences) == (DONE, ["seven"])
+
+
+def keys(redis_server, pattern):
+    import redis
+    return sorted(k.decode() for k in redis.Redis.from_url(redis_server.url).keys(
+        f"hivemind-chat:{pattern}"))
+
+
+def test_redis_holds_max_sessions_per_client_and_deletes_an_evicted_sessions_keys(
+        redis_server, tmp_path, monkeypatch):
+    """Redis kept every session until its TTL: 40 sessions of a client capped at 8 left 40
+    histories. Now the client's least recently used session goes, with its history, its
+    Session and its finished turn records, whichever replica its turns were on; another
+    client keeps its own."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    a, b = (Replica(redis_server.url, tmp_path, Satellite(), max_sessions_per_client=8)
+            for _ in range(2))
+    other = Replica(redis_server.url, tmp_path, Satellite(peer="other::1", key="key-2"),
+                    max_sessions_per_client=8)
+    try:
+        assert other.ask("note the blue door", session_id="keep", turn_id="o-1") == ["noted"]
+        for i in range(40):
+            replica = a if i % 2 else b
+            assert replica.ask(f"note thing {i}", session_id=f"s{i}", turn_id=f"t{i}") == \
+                ["noted"]
+        [kept_other] = [k for k in keys(redis_server, "history:*") if k.endswith("-keep")]
+        histories = [k for k in keys(redis_server, "history:*") if k != kept_other]
+        assert [k.rsplit("-", 1)[1] for k in histories] == sorted(f"s{i}" for i in range(32, 40))
+        sessions = [k for k in keys(redis_server, "session:*") if not k.endswith("-keep")]
+        assert len(sessions) == 8, sessions
+        records = [k for k in keys(redis_server, "turn:*") if "-keep:" not in k]
+        assert sorted(k.rsplit(":", 1)[1] for k in records) == sorted(
+            f"t{i}" for i in range(32, 40)), records
+        assert json.loads(a.ask("history", session_id="s0")[0]) == []     # evicted: new
+        assert other.ask("notes", session_id="keep") == ["notes: the blue door"]
+        assert len(keys(redis_server, "sessions:*")) == 2            # one per client
+    finally:
+        for replica in (a, b, other):
+            replica.close()
+
+
+@pytest.mark.hub
+def test_redis_one_clients_churn_never_evicts_another_clients_running_record(redis_server,
+                                                                            tmp_path):
+    """Each client keeps at most max_turn_records_per_client records in Redis too (there
+    was no bound but the 10-minute TTL), making room with its own finished ones: another
+    client's running record stays, and a client whose records all run is refused."""
+    from hivemind_chat_agent.hub.conversation_store import RUNNING, TurnRecordsFull
+    store = open_store(redis_server.url, 2, 256, 60, data_home=lambda: "",
+                       max_sessions_per_client=8, max_turn_records_per_client=8)
+    assert store.begin("sat-a-kitchen", "t-running", client="a").record is None
+    for i in range(200):
+        answered(store, f"sat-b-{i % 5}", f"churn-{i}", "b")
+    assert store.turn_record("sat-a-kitchen", "t-running").state == RUNNING
+    assert store.begin("sat-a-kitchen", "t-running", client="a").record.state == RUNNING
+    b_records = [k for k in keys(redis_server, "turn:*") if "sat-b-" in k]
+    assert len(b_records) == 8 and b_records == sorted(
+        f"hivemind-chat:turn:7:sat-b-{i % 5}:churn-{i}" for i in range(192, 200))
+    for i in range(7):                                     # a's other 7 places, all running
+        assert store.claim_turn("sat-a-hall", f"r{i}", client="a") is None
+    with pytest.raises(TurnRecordsFull, match="all belong to turns still running"):
+        store.begin("sat-a-hall", "one-too-many", client="a")
+    assert store.turn_record("sat-a-hall", "one-too-many") is None
+    store.close()
+
+
+@pytest.mark.parametrize("backend", ["memory", pytest.param("redis", marks=pytest.mark.hub)])
+def test_turn_records_of_ids_with_colons_never_collide(backend, tmp_path, monkeypatch, request):
+    """Redis named a record turn:<session>:<turn id>: a satellite's session "x:y" with turn
+    "z" and its session "x" with turn "y:z" were one key, and the second turn was answered
+    with the first one's sentences instead of being run."""
+    url = request.getfixturevalue("redis_server").url if backend == "redis" else "memory"
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    hub = Replica(url, tmp_path, Satellite())
+    pairs = [("x:y", "z"), ("x", "y:z"), ("x:", "y:z"), ("x", ":y:z"), ("x:y:", "z"),
+             ("é:x", "y"), ("é", "x:y")]
+    try:
+        for n, (session_id, turn_id) in enumerate(pairs, 1):
+            assert hub.ask(f"count {n}", session_id=session_id, turn_id=turn_id) == \
+                [f"sentence {k}" for k in range(1, n + 1)], (session_id, turn_id)
+        assert hub.protocol.engine.asked == [f"count {n}" for n in range(1, len(pairs) + 1)]
+        for n, (session_id, turn_id) in enumerate(pairs, 1):     # a repeat: its own record
+            assert hub.ask("count 9", session_id=session_id, turn_id=turn_id) == \
+                [f"sentence {k}" for k in range(1, n + 1)]
+        assert len(hub.protocol.engine.asked) == len(pairs)
+    finally:
+        hub.close()
 
 
 def test_redis_stopped_and_restarted_under_load_fails_turns_cleanly_then_nothing_is_wrong(

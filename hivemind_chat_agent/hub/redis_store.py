@@ -5,13 +5,20 @@ Keys, under `hivemind-chat:` in the URL's database:
     history:<engine session id>   a list of JSON [user, assistant, ended], oldest first
     session:<engine session id>   the hub-kept OVOS Session, JSON
     secret                        the hub secret, hex, set once by whichever hub comes first
-    turn:<session>:<turn id>      a turn's record: JSON {state, owner, sentences, ended}
+    turn:<n>:<session>:<turn id>  a turn's record: JSON {state, owner, sentences, ended}; <n> is
+                                  the session id's length in bytes, so ids with ':' in them
+                                  never name another turn's record
+    sessions:<client>             the client's sessions, by last turn (max_sessions_per_client)
+    turns:<client>                the client's turn records, by last write
+                                  (max_turn_records_per_client)
     alive:<hub id>                present while that hub runs (renewed every second, 3 s TTL)
-Engine session ids are keyed digests (core/satellites.py): no access key or utterance is in a
-key name. Every write renews its conversation's keys for `session_ttl`. A turn costs two round
-trips: one pipeline as it begins (its record claimed, the Session and history read) and one as
-it ends (the exchange appended and trimmed, the record done); a third when the engine changed
-the Session.
+Engine session ids are keyed digests of the access key and the declared id (core/satellites.py)
+and <client> is the digest alone: no access key or utterance is in a key name, and every id in
+one is bounded (core/limits.py). Every write renews its conversation's keys for `session_ttl`.
+A turn costs two round trips: one script as it begins (the client's session cap kept, its
+record claimed, the Session and history read) and one as it ends (the exchange appended and
+trimmed, the record done); a third when the engine changed the Session. The scripts are in
+hub/redis_scripts.py.
 """
 import json
 import secrets
@@ -24,16 +31,20 @@ import redis
 
 from hivemind_chat_agent.core.transcript import Exchange, clip
 from hivemind_chat_agent.errors import ConversationStoreError
+from hivemind_chat_agent.hub import redis_scripts
 from hivemind_chat_agent.hub.conversation_store import (
-    DONE, KEY_PREFIX, REDIS_TIMEOUT, RUNNING, TURN_RECORD_TTL, Begun, TurnRecord, bounded,
-    exchange_from_json, exchange_to_json, record_from_json, record_to_json)
+    DONE, KEY_PREFIX, MAX_TURN_RECORDS_PER_CLIENT, REDIS_TIMEOUT, RUNNING, TURN_RECORD_TTL,
+    Begun, TurnRecord, TurnRecordsFull, bounded, exchange_from_json, exchange_to_json,
+    record_from_json, record_to_json)
 
 HEARTBEAT = 1.0        # seconds between this hub's "alive" renewals
 ALIVE_FOR = 3          # seconds an "alive" key outlives its last renewal
 
 
 class RedisStore:
-    def __init__(self, url: str, history_turns: int, history_bytes: int, session_ttl: float):
+    def __init__(self, url: str, history_turns: int, history_bytes: int, session_ttl: float,
+                 max_sessions_per_client: int = 256,
+                 max_turn_records_per_client: int = MAX_TURN_RECORDS_PER_CLIENT):
         self._where = _without_password(url)
         self._redis = redis.Redis.from_url(
             url, socket_timeout=REDIS_TIMEOUT, socket_connect_timeout=REDIS_TIMEOUT,
@@ -41,6 +52,10 @@ class RedisStore:
         self.history_turns = history_turns
         self.history_bytes = history_bytes
         self._ttl = max(1, int(session_ttl))
+        self.max_sessions_per_client = max_sessions_per_client
+        self.max_turn_records_per_client = max_turn_records_per_client
+        self._scripts = {name: self._redis.register_script(getattr(redis_scripts, name))
+                         for name in ("BEGIN", "CLAIM", "FINISH", "KEEP_SESSION")}
         self._secret: Optional[bytes] = None
         self.owner = uuid.uuid4().hex          # this hub, as the owner of the turns it runs
         self._closed = threading.Event()
@@ -59,33 +74,45 @@ class RedisStore:
         if self.history_turns:
             self._run(*self._append(session_id, exchange, self.history(session_id)))
 
-    def begin(self, session_id: str, turn_id: str) -> Begun:
+    def begin(self, session_id: str, turn_id: str, client: str = "") -> Begun:
         self._beat()
-        commands = [("GET", _session(session_id))]
-        if self.history_turns:
-            commands.append(("LRANGE", _history(session_id), 0, -1))
-        if turn_id:
-            mine = record_to_json(TurnRecord(RUNNING, self.owner))
-            commands.append(("SET", _turn(session_id, turn_id), mine, "NX", "EX",
-                             int(TURN_RECORD_TTL)))
-        replies = self._run(*commands)
-        claimed = replies[-1] if turn_id else True
-        record = None if claimed else self.turn_record(session_id, turn_id)
-        history = [e for e in map(exchange_from_json, replies[1])
-                   if e is not None] if self.history_turns else []
-        return Begun(record, _json_dict(replies[0]), history)
+        mine = record_to_json(TurnRecord(RUNNING, self.owner)) if turn_id else ""
+        raw_session, raw_history, claimed = self._script(
+            "BEGIN", [_sessions(client), _turns(client)],
+            [session_id, self._ttl, self._session_cap(client), int(bool(self.history_turns)),
+             _member(session_id, turn_id) if turn_id else "", mine, int(TURN_RECORD_TTL),
+             self.max_turn_records_per_client])
+        record = None if claimed == 1 else self._claim_refused(claimed, session_id, turn_id)
+        history = [e for e in map(exchange_from_json, raw_history or []) if e is not None]
+        return Begun(record, _json_dict(raw_session), history)
 
     def finish(self, session_id: str, turn_id: str, exchange: Exchange, sentences: List[str],
-               earlier: List[Exchange], keep_exchange: bool) -> None:
-        commands = []
+               earlier: List[Exchange], keep_exchange: bool, client: str = "") -> None:
+        kept, drop = "", 0
         if keep_exchange and self.history_turns:
-            commands += self._append(session_id, exchange, earlier)
-        if turn_id:
-            done = TurnRecord(DONE, self.owner, list(sentences), exchange.ended)
-            commands.append(("SET", _turn(session_id, turn_id), record_to_json(done), "EX",
-                             int(TURN_RECORD_TTL)))
-        if commands:
-            self._run(*commands)
+            kept = exchange_to_json(clip(exchange, self.history_bytes))
+            drop = bounded(earlier, exchange, self.history_turns, self.history_bytes)
+        done = record_to_json(TurnRecord(DONE, self.owner, list(sentences), exchange.ended)) \
+            if turn_id else ""
+        if kept or done:
+            self._script("FINISH", [_sessions(client), _turns(client)],
+                         [session_id, int(bool(self._session_cap(client))), self._ttl, kept,
+                          drop, _member(session_id, turn_id) if turn_id else "", done,
+                          int(TURN_RECORD_TTL)])
+
+    def _session_cap(self, client: str) -> int:
+        """The client's session cap (0: none, for sessions of no client)."""
+        return self.max_sessions_per_client if client else 0
+
+    def _claim_refused(self, claimed: int, session_id: str, turn_id: str) -> Optional[TurnRecord]:
+        """A claim that did not start a record: the record there is (0), or TurnRecordsFull
+        (-1: the client's records are all running)."""
+        if claimed == -1:
+            raise TurnRecordsFull(
+                f"this client's {self.max_turn_records_per_client} turn records "
+                "(max_turn_records_per_client) all belong to turns still running; try again "
+                "when one has ended")
+        return self.turn_record(session_id, turn_id)
 
     def _append(self, session_id: str, exchange: Exchange,
                 earlier: List[Exchange]) -> List[tuple]:
@@ -99,8 +126,10 @@ class RedisStore:
         commands.append(("EXPIRE", key, self._ttl))
         return commands
 
-    def keep_session(self, session_id: str, session: Dict[str, Any]) -> None:
-        self._run(("SET", _session(session_id), json.dumps(session), "EX", self._ttl))
+    def keep_session(self, session_id: str, session: Dict[str, Any], client: str = "") -> None:
+        self._script("KEEP_SESSION", [_sessions(client)],
+                     [session_id, int(bool(self._session_cap(client))), self._ttl,
+                      json.dumps(session)])
 
     def forget(self, session_id: str) -> None:
         """Kept until its TTL: the satellite may continue on another replica."""
@@ -130,12 +159,11 @@ class RedisStore:
         self._redis.close()
 
     # ---- turn records ----
-    def claim_turn(self, session_id: str, turn_id: str) -> Optional[TurnRecord]:
-        key = _turn(session_id, turn_id)
-        mine = record_to_json(TurnRecord(RUNNING, self.owner))
-        if self._call(self._redis.set, key, mine, nx=True, ex=int(TURN_RECORD_TTL)):
-            return None
-        return self.turn_record(session_id, turn_id)
+    def claim_turn(self, session_id: str, turn_id: str, client: str = "") -> Optional[TurnRecord]:
+        claimed = self._script("CLAIM", [_turns(client)], [
+            _member(session_id, turn_id), record_to_json(TurnRecord(RUNNING, self.owner)),
+            int(TURN_RECORD_TTL), self.max_turn_records_per_client])
+        return None if claimed == 1 else self._claim_refused(claimed, session_id, turn_id)
 
     def take_over(self, session_id: str, turn_id: str) -> bool:
         key = _turn(session_id, turn_id)
@@ -204,6 +232,11 @@ class RedisStore:
         finally:
             pool.release(connection)
 
+    def _script(self, name: str, keys: List[str], args: List[Any]) -> Any:
+        """One of hub/redis_scripts.py's scripts (EVALSHA; loaded again by redis-py when
+        Redis lost it, after a restart), its first argument the key prefix."""
+        return self._call(self._scripts[name], keys=keys, args=[KEY_PREFIX, *args])
+
     def _call(self, method, *args, **kwargs) -> Any:
         try:
             return method(*args, **kwargs)
@@ -225,8 +258,22 @@ def _json_dict(raw: Any) -> Optional[Dict[str, Any]]:
     return data if isinstance(data, dict) else None
 
 
+def _member(session_id: str, turn_id: str) -> str:
+    """A turn record's name: the session id's length in bytes first, so that no two
+    (session, turn id) pairs share one whatever ':' they contain."""
+    return f"{len(session_id.encode('utf-8'))}:{session_id}:{turn_id}"
+
+
 def _turn(session_id: str, turn_id: str) -> str:
-    return f"{KEY_PREFIX}turn:{session_id}:{turn_id}"
+    return f"{KEY_PREFIX}turn:{_member(session_id, turn_id)}"
+
+
+def _sessions(client: str) -> str:
+    return f"{KEY_PREFIX}sessions:{client}"
+
+
+def _turns(client: str) -> str:
+    return f"{KEY_PREFIX}turns:{client}"
 
 
 def _alive(owner: str) -> str:
@@ -235,10 +282,6 @@ def _alive(owner: str) -> str:
 
 def _history(session_id: str) -> str:
     return f"{KEY_PREFIX}history:{session_id}"
-
-
-def _session(session_id: str) -> str:
-    return f"{KEY_PREFIX}session:{session_id}"
 
 
 def _without_password(url: str) -> str:

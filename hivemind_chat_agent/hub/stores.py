@@ -3,20 +3,28 @@ from typing import Callable
 from urllib.parse import urlsplit
 
 from hivemind_chat_agent.errors import ConfigurationError
-from hivemind_chat_agent.hub.conversation_store import ConversationStore, MemoryStore
+from hivemind_chat_agent.hub.conversation_store import (MAX_TURN_RECORDS_PER_CLIENT,
+                                                        ConversationStore, MemoryStore)
 
 
 def open_store(url: str, history_turns: int, history_bytes: int, session_ttl: float,
-               data_home: Callable[[], str]) -> ConversationStore:
-    """The store `url` names ("memory", or "redis://..." / "rediss://..." / "unix://...")."""
+               data_home: Callable[[], str], max_sessions_per_client: int = 256,
+               max_turn_records_per_client: int = MAX_TURN_RECORDS_PER_CLIENT
+               ) -> ConversationStore:
+    """The store `url` names ("memory", or "redis://..." / "rediss://..." / "unix://...").
+    The memory store leaves `max_sessions_per_client` to the plugin's SatelliteSessions (it
+    is the only hub); Redis holds it for all the replicas sharing it."""
     scheme = urlsplit(url).scheme if "://" in url else url
     if scheme in ("", "memory"):
-        return MemoryStore(history_turns, history_bytes, data_home)
+        return MemoryStore(history_turns, history_bytes, data_home,
+                           max_turn_records_per_client=max_turn_records_per_client)
     if scheme in ("redis", "rediss", "unix"):
         from hivemind_chat_agent.extras import require
         require("redis", "the Redis conversation store")
         from hivemind_chat_agent.hub.redis_store import RedisStore
-        return RedisStore(url, history_turns, history_bytes, session_ttl)
+        return RedisStore(url, history_turns, history_bytes, session_ttl,
+                          max_sessions_per_client=max_sessions_per_client,
+                          max_turn_records_per_client=max_turn_records_per_client)
     raise ConfigurationError(
         f'conversation_store must be "memory" or a redis:// URL (redis://HOST:PORT/DB), '
         f"not {scheme!r}")
