@@ -1,0 +1,165 @@
+"""`hivemind-chat wyoming`'s command line: its options, the checks made before anything
+starts (an allow list beyond loopback: Wyoming has no authentication), and serving until
+Ctrl-C. bridges/cli.py reaches these through bridges/wyoming_server.py."""
+import argparse
+import asyncio
+from typing import Any, Dict, Tuple
+
+from hivemind_chat_agent.extras import require
+
+DEFAULT_URI = "tcp://0.0.0.0:10700"     # what Home Assistant setups use: with --allow-from
+
+
+def parse_uri(uri: str) -> Tuple[str, int]:
+    """tcp://HOST:PORT, as Wyoming servers take it."""
+    from urllib.parse import urlparse
+    parsed = urlparse(uri)
+    if parsed.scheme != "tcp" or parsed.port is None:
+        raise ValueError(f"--uri must look like tcp://0.0.0.0:10700, not {uri!r}")
+    return parsed.hostname or "0.0.0.0", parsed.port
+
+
+def add_options(p):
+    """`hivemind-chat wyoming`'s options on top of the CLI's hub options."""
+    p.prog = "hivemind-chat wyoming"
+    p.description = ("Serve Home Assistant's Assist (its Wyoming Protocol integration) as a "
+                     "conversation agent answered by the OVOS hub: each transcript is a turn.")
+    p.add_argument("--uri", default=DEFAULT_URI,
+                   help=f"where to listen (default {DEFAULT_URI}; beyond loopback it needs "
+                        "--allow-from)")
+    p.add_argument("--allow-from", action="append", default=[], metavar="ADDR[/PREFIX]",
+                   help="who may connect: an address or network, IPv4 or IPv6 (repeatable), "
+                        "e.g. the Home Assistant host 192.168.1.20. Wyoming has no "
+                        "authentication: without this only loopback peers are answered, and "
+                        "listening beyond loopback is refused")
+    p.add_argument("--max-connections", type=_count, default=64, metavar="N",
+                   help="connections open at once, from everyone (default 64); more are "
+                        "closed at accept")
+    p.add_argument("--max-connections-per-peer", type=_count, default=32, metavar="N",
+                   help="connections open at once from one address (default 32; Home "
+                        "Assistant opens one per turn)")
+    p.add_argument("--max-turns-per-peer", type=_count, default=20, metavar="N",
+                   help="turns in flight for one address (default 20: Home Assistant's 20 "
+                        "satellites at once, and what the hub plugin queues per client); "
+                        "more wait for a place, at most --timeout, then hear that the "
+                        "assistant is busy")
+    p.add_argument("--idle-timeout", type=_positive, default=30.0, metavar="SECONDS",
+                   help="a connection whose next event is not complete within this is closed "
+                        "(default 30)")
+    p.add_argument("--read-timeout", type=_positive, default=10.0, metavar="SECONDS",
+                   help="once an event has begun, each of its reads (header line, data "
+                        "block, payload) must complete within this (default 10)")
+    p.add_argument("--languages", nargs="*", default=[],
+                   help="languages to advertise, e.g. en-US de-DE (default: all)")
+    p.add_argument("--session-per-device", action="store_true",
+                   help="one OVOS session per satellite/device instead of one per HA "
+                        "conversation")
+    p.add_argument("--stream", action="store_true",
+                   help="answer with HandledStart/HandledChunk/HandledStop as sentences "
+                        "arrive, and advertise it; only for clients that take them (Home "
+                        "Assistant's conversation agent, as of 2026, does not)")
+    p.add_argument("--zeroconf", nargs="?", const="", metavar="NAME",
+                   help="announce the service over mDNS (_wyoming._tcp) so Home Assistant "
+                        "discovers it; needs the zeroconf package")
+    p.add_argument("--churn-guard", type=float, default=None, metavar="SECONDS",
+                   help="the agent's churn_guard (default 1): 0 for hubs whose answers come "
+                        "from a persona or LLM rather than skills speaking with wait=True; "
+                        "many conversations at once then start without spacing")
+    p.add_argument("--spare-connections", type=int, default=2, metavar="N",
+                   help="on a HiveMind 4.x hub, keep N connections with the handshake done, "
+                        "so a new conversation pays none (default 2; 0 to keep none); 5.x "
+                        "hubs carry every conversation over one connection and need none")
+    return p
+
+
+def check_args(args) -> None:
+    """Before anything starts (cli.main calls it): the URI and the allow list. Listening
+    beyond loopback without --allow-from is a ConfigurationError (exit 2) saying why."""
+    guard_for(args)
+
+
+def guard_for(args, turn_wait: float = 30.0):
+    """((host, port), Guard) from the command line; ConfigurationError for a bad --uri, a
+    bad --allow-from, or none beyond loopback."""
+    from hivemind_chat_agent.bridges.wyoming_connection import Guard
+    from hivemind_chat_agent.bridges.wyoming_events import Deadlines
+    from hivemind_chat_agent.core.peer_gate import AllowList, Caps, PeerGate
+    from hivemind_chat_agent.errors import ConfigurationError
+    try:
+        host, port = parse_uri(args.uri)
+    except ValueError as e:
+        raise ConfigurationError(str(e)) from None
+    allow = AllowList.for_bind(host, args.allow_from, "the Wyoming server",
+                               f"hivemind-chat wyoming --uri {args.uri} "
+                               "--allow-from 192.168.1.20")
+    caps = Caps(args.max_connections, args.max_connections_per_peer, args.max_turns_per_peer)
+    guard = Guard(PeerGate(allow, caps), Deadlines(args.idle_timeout, args.read_timeout),
+                  turn_wait=turn_wait)
+    return (host, port), guard
+
+
+def serve_from_cli(args, out, config: Dict[str, Any]) -> int:
+    """`hivemind-chat wyoming`: serve until Ctrl-C; `config` is the CLI's agent config."""
+    from hivemind_chat_agent import background
+    from hivemind_chat_agent.bridges.wyoming_bridge import WyomingBridge
+    from hivemind_chat_agent.bridges.wyoming_server import run_server, turn_wait_of
+    from hivemind_chat_agent.errors import ConfigurationError
+    require("wyoming", "hivemind-chat wyoming (Home Assistant's Wyoming Protocol)")
+    from hivemind_chat_agent.client.agent import HiveMindChatAgent
+    guard_for(args)                      # refused before the hub is dialled
+    config = dict(config)
+    config["useragent"] = "hivemind-chat-wyoming"
+    if args.churn_guard is not None:
+        config["churn_guard"] = args.churn_guard
+    config["spare_connections"] = args.spare_connections
+    agent = HiveMindChatAgent(config)
+    try:
+        bridge = WyomingBridge(agent, args.languages, args.session_per_device,
+                               version=_version(), stream=args.stream)
+        (host, port), guard = guard_for(args, turn_wait_of(bridge))
+        out.info(f"Wyoming conversation service on tcp://{host}:{port}, answering "
+                 f"{guard.gate.allow.describe()}: in Home Assistant, add the Wyoming "
+                 "Protocol integration with this host and port")
+        background.unblock_signals()
+        try:
+            asyncio.run(run_server(bridge, host, port, zeroconf=args.zeroconf, say=out.info,
+                                   warm=True, guard=guard))
+        except OSError as e:
+            raise ConfigurationError(f"cannot listen on {args.uri}: {e.strerror or e}") from None
+        except KeyboardInterrupt:
+            return 0
+        return 0
+    finally:
+        agent.shutdown()
+
+
+def _version() -> str:
+    try:
+        import importlib.metadata
+        return importlib.metadata.version("hivemind-chat-agent")
+    except Exception:
+        return ""
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds above 0, not {text!r}")
+    return value
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, not {text!r}")
+    return value
+
+
+__all__ = ["add_options", "check_args", "serve_from_cli", "parse_uri", "guard_for",
+           "DEFAULT_URI"]
