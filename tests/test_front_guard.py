@@ -97,3 +97,21 @@ def test_requests_in_flight_and_connections_are_capped():
     peers.release("x")
     peers.release("nobody")                                          # harmless
     assert peers.admit("z") and len(peers) == 3
+
+
+def test_errors_to_clients_name_the_hub_and_the_failure_never_paths_headers_or_secrets():
+    from hivemind_chat_agent.bridges.openai_server import hub_error
+    from hivemind_chat_agent.errors import (ConnectionLostError, HubKeyChangedError,
+                                            HubUnreachableError, TurnTimeoutError)
+    leaky = [HubKeyChangedError("the hub's key is not the one pinned in "
+                                "/root/.config/hivemind/hivemind-chat-agent/hubs.json"),
+             HubUnreachableError("the hub answered HTTP 502: Server: nginx/1.2\r\n"
+                                 "Set-Cookie: session=abc; key=hunter2"),
+             ConnectionLostError("lost /var/lib/secret"), TurnTimeoutError("at /home/x")]
+    for e in leaky:
+        error = hub_error(e, "hub.lan:5678")
+        assert "hub.lan:5678" in error.message
+        for secret in ("/root", "nginx", "Set-Cookie", "hunter2", "/var/lib", "/home"):
+            assert secret not in error.message, (type(e).__name__, error.message)
+    assert hub_error(leaky[0], "h:1").status == 502 and "credentials" in hub_error(
+        leaky[0], "h:1").message

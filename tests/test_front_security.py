@@ -368,3 +368,43 @@ def _ask_with_key(port, key):
                                                   "conversation": "x" * 300_000})
             assert long.is_error and "at most" in long.content[0].text
     asyncio.run(asyncio.wait_for(main(), 60))
+
+
+def mcp_tool_call(utterance):
+    """A tools/call request of the 2026-07-28 protocol, as raw bytes (no client library: an
+    attacker's or a crashed client's connection just drops)."""
+    body = json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "ask", "arguments": {"utterance": utterance},
+        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                  "io.modelcontextprotocol/clientCapabilities": {}}}}).encode()
+    return (f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            "Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28"
+            f"\r\nMcp-Method: tools/call\r\nMcp-Name: ask\r\nContent-Length: {len(body)}"
+            "\r\n\r\n").encode() + body
+
+
+@pytest.mark.hub
+@pytest.mark.parametrize("talking_hub", ["5"], indirect=True)
+def test_an_mcp_caller_that_hangs_up_stops_its_turn_at_the_hub(talking_hub, make_agent):
+    """The engine's long answer ("talk": a sentence a second for 100 s) is stopped within a
+    moment of the caller dropping its connection."""
+    creds = talking_hub.add_client()
+    port = free_port()
+    proc = mcp_command(creds, f"http://127.0.0.1:{port}")
+    probe = make_agent(talking_hub.add_client().agent_config(timeout=10))
+    try:
+        wait_listening(port, 30, proc=proc, what="hivemind-chat mcp")
+        before = len(json.loads(probe.get_response("stops", session_id="probe")))
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.sendall(mcp_tool_call("talk 100 1"))
+            time.sleep(1.0)                   # the first sentence is a second away: hang up
+        deadline, stops = time.monotonic() + 3, []
+        while time.monotonic() < deadline:
+            stops = json.loads(probe.get_response("stops", session_id="probe"))[before:]
+            if any(kind == "stop_session" for kind, _ in stops):
+                break
+            time.sleep(0.1)
+        assert any(kind == "stop_session" for kind, _ in stops), stops
+    finally:
+        proc.terminate()
+        proc.wait(10)

@@ -25,8 +25,6 @@ from hivemind_chat_agent.core.front_guard import FrontGuard, PeerConnections, Re
 LOG = logging.getLogger("hivemind_chat_agent.bridges.http_front")
 
 CALLER = "hivemind_chat.caller"      # the scope key naming the admitted caller for the app
-GONE = "hivemind_chat.gone"          # an asyncio.Event set when the caller hangs up (work the
-                                     # app runs in other tasks, as the MCP SDK does, watches it)
 ErrorShape = Callable[[Refusal], Dict[str, Any]]
 
 
@@ -126,7 +124,7 @@ class GuardedApp:
     async def _run(self, scope, caller: str, body: bytes, receive, send, peer: str) -> None:
         """The app, with the body read, cancelled as soon as the caller hangs up."""
         gone = asyncio.Event()
-        scope = dict(scope, **{CALLER: caller, GONE: gone})
+        scope = dict(scope, **{CALLER: caller})
         handed = []
 
         async def replay():

@@ -15,8 +15,8 @@ Over stdio by default (what desktop clients launch), streamable HTTP with `--htt
 bridges/http_front's guard like the OpenAI front (Host and Origin checked on every bind
 address, and by the SDK's own TransportSecuritySettings with explicit lists; off loopback a
 Bearer key is required; each key its own conversations; deadlines and caps), and a caller who
-hangs up stops its turn. A hub failure is a tool error with the agent's message, for the model
-to read.
+hangs up stops its turn. A hub failure is a tool error naming the hub and the failure, for the
+model to read (the agent's full message, which may quote addresses or paths, goes to the log).
 """
 import asyncio
 import uuid
@@ -56,11 +56,11 @@ class ConversationNames:
         return name
 
 
-async def ask_hub(agent, utterance: str, conversation: str, caller: str = "",
-                  gone: Optional[asyncio.Event] = None) -> Dict[str, Any]:
+async def ask_hub(agent, utterance: str, conversation: str,
+                  caller: str = "") -> Dict[str, Any]:
     """One turn in `caller`'s `conversation`; the structured result. Raises ValueError for an
-    empty utterance or a name too long, and HiveMindChatError for a hub failure. When `gone`
-    is set first (the HTTP caller hung up), the turn is stopped at the hub."""
+    empty utterance or a name too long, and HiveMindChatError for a hub failure. Cancelled
+    (the HTTP caller hung up: the SDK cancels the call), the turn is stopped at the hub."""
     if not utterance or not utterance.strip():
         raise ValueError("utterance must not be empty")
     if len(conversation) > MAX_CONVERSATION:
@@ -68,7 +68,7 @@ async def ask_hub(agent, utterance: str, conversation: str, caller: str = "",
     session = f"mcp:{caller}:{conversation}" if caller else f"mcp:{conversation}"
     turn = await agent.abegin([{"role": "user", "content": utterance}], session_id=session)
     try:
-        sentences = await _until_gone(_all(turn), gone)
+        sentences = [sentence async for sentence in turn]
     finally:
         turn.terminate()        # a no-op once the turn has ended
     error = turn.get_exception()
@@ -78,34 +78,15 @@ async def ask_hub(agent, utterance: str, conversation: str, caller: str = "",
             "conversation": conversation}
 
 
-async def _all(turn):
-    return [sentence async for sentence in turn]
-
-
-async def _until_gone(work, gone: Optional[asyncio.Event]):
-    """`work`'s result, or CancelledError as soon as `gone` is set."""
-    if gone is None:
-        return await work
-    task = asyncio.ensure_future(work)
-    waiter = asyncio.ensure_future(gone.wait())
-    try:
-        await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        waiter.cancel()
-    if not task.done():
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        raise asyncio.CancelledError("the caller hung up")
-    return task.result()
-
-
 def build_server(agent, names: Optional[ConversationNames] = None):
     from mcp.server.mcpserver import Context, MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
     from mcp_types import CallToolResult, TextContent
     from pydantic import BaseModel
 
+    from hivemind_chat_agent.bridges.openai_server import hub_address, hub_error
     names = names or ConversationNames()
+    hub = hub_address(agent)
     server = MCPServer(name="hivemind-chat", instructions=TOOL_DESCRIPTION,
                        log_level="WARNING")
 
@@ -119,10 +100,11 @@ def build_server(agent, names: Optional[ConversationNames] = None):
         name = (conversation or "").strip() or names.default_for(_session_of(ctx))
         scope = _scope_of(ctx)
         try:
-            result = await ask_hub(agent, utterance, name, scope.get(http_front.CALLER, ""),
-                                   scope.get(http_front.GONE))
-        except (ValueError, HiveMindChatError) as e:
+            result = await ask_hub(agent, utterance, name, scope.get(http_front.CALLER, ""))
+        except ValueError as e:
             raise ToolError(str(e)) from None
+        except HiveMindChatError as e:      # the hub and the failure; the details to the log
+            raise ToolError(hub_error(e, hub).message) from None
         text = result["answer"] or "(the hub had no answer)"
         return CallToolResult(content=[TextContent(type="text", text=text)],
                               structured_content=result)
