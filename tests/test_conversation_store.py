@@ -240,6 +240,25 @@ def test_one_clients_churn_never_evicts_another_clients_running_record(tmp_path)
     assert store.turn_record("sat-b-39", "churn-4999").sentences == ["said"]
 
 
+def test_a_turn_that_finds_all_its_clients_records_running_is_answered_busy(tmp_path,
+                                                                           monkeypatch):
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    hub = Replica("memory", tmp_path, Satellite(), max_turn_records_per_client=1)
+    try:
+        hub.send("wait 1", session_id="s1", turn_id="t-long")
+        time.sleep(0.3)                                     # running, its record taken
+        [refused] = hub.ask("hello", session_id="s2", turn_id="t-new")
+        assert refused["reason"] == "busy" and "max_turn_records_per_client" in \
+            refused["message"], refused
+        hub.loop.run_until_complete(asyncio.sleep(1.2))    # the first turn's end arrives
+        assert ("speak", "done waiting") in [(k, d.get("utterance")) for k, d in
+                                             hub.satellite.heard]
+        assert hub.ask("hello", session_id="s2", turn_id="t-new") == ["hello there"]
+        assert hub.protocol.engine.asked == ["wait 1", "hello"]
+    finally:
+        hub.close()
+
+
 def test_a_client_over_its_cap_drops_its_own_oldest_finished_record_or_refuses_the_turn():
     from fake_clock import FakeClock
     from hivemind_chat_agent.hub.conversation_store import DONE, RUNNING
