@@ -34,7 +34,7 @@ class Limits:
     body; `keep_alive` for an idle connection between requests."""
     max_body: int = 1 << 20
     max_connections: int = 256
-    max_per_peer: int = 32
+    max_per_peer: int = 128         # half of them: one address never takes every descriptor
     read_timeout: float = 10.0
     keep_alive: float = 5.0
 
@@ -49,11 +49,11 @@ def add_limit_options(p, connections: int = Limits.max_connections) -> None:
                         "(repeatable), e.g. https://chat.example.org; loopback pages are "
                         "allowed, others get 403")
     p.add_argument("--max-connections", type=int, default=connections, metavar="N",
-                   help=f"open connections in all (default {connections}; "
-                        f"{Limits.max_per_peer} per peer address)")
-    p.add_argument("--turns-per-caller", type=int, default=32, metavar="N",
-                   help="requests in flight per API key (or per address without keys); "
-                        "more get 429 (default 32)")
+                   help=f"open connections in all (default {connections}; half of them "
+                        "per peer address), more are closed at accept")
+    p.add_argument("--turns-per-caller", type=int, default=64, metavar="N",
+                   help="requests in flight per API key (all callers together without keys); "
+                        "more get 429 (default 64)")
     p.add_argument("--read-timeout", type=float, default=Limits.read_timeout,
                    metavar="SECONDS", help="a request's headers, and its body, must arrive "
                                            "within this (default 10)")
@@ -61,7 +61,7 @@ def add_limit_options(p, connections: int = Limits.max_connections) -> None:
 
 def limits_from(args) -> Limits:
     return Limits(max_connections=args.max_connections,
-                  max_per_peer=min(Limits.max_per_peer, args.max_connections),
+                  max_per_peer=max(1, args.max_connections // 2),
                   read_timeout=args.read_timeout)
 
 

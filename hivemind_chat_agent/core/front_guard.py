@@ -184,7 +184,7 @@ class FrontGuard:
     `turns_per_caller`: requests in flight each caller may have."""
 
     def __init__(self, bind_host: str, keys: Keys = Keys(), allowed_hosts: Iterable[str] = (),
-                 allowed_origins: Iterable[str] = (), turns_per_caller: int = 32,
+                 allowed_origins: Iterable[str] = (), turns_per_caller: int = 64,
                  throttle: Optional[FailureThrottle] = None, what: str = "server"):
         self.keys = keys
         self.what = what
