@@ -21,8 +21,8 @@ class MissingExtraError(ConfigurationError, ImportError):
 class IdentifierTooLongError(ConfigurationError):
     """A session id (or turn id) is over the bound both sides keep (core/limits.MAX_ID_BYTES,
     256 bytes of UTF-8): the client refuses it before sending anything, a hub running our
-    plugin refuses the turn with reason "id_too_long". Use a shorter id (a digest of a long
-    name, for instance)."""
+    plugin refuses the turn with reason "id_too_long" (also for an id that is not UTF-8, a
+    lone surrogate). Use a shorter id (a digest of a long name, for instance)."""
 
 
 class HubUnreachableError(HiveMindChatError):

@@ -356,6 +356,28 @@ def test_redis_one_clients_churn_never_evicts_another_clients_running_record(red
 
 
 @pytest.mark.parametrize("backend", ["memory", pytest.param("redis", marks=pytest.mark.hub)])
+def test_ids_no_key_name_can_hold_are_refused_with_the_reason(backend, tmp_path, monkeypatch,
+                                                              request):
+    """A lone surrogate (JSON carries one) in a session or turn id: Redis key names are
+    UTF-8, so the Redis store failed inside the worker and the turn waited for its timeout."""
+    url = request.getfixturevalue("redis_server").url if backend == "redis" else "memory"
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    hub = Replica(url, tmp_path, Satellite(), timeout=5)
+    try:
+        for session_id, turn_id, what in (("x\ud800", None, "session id"),
+                                          ("kitchen", "t\udfff", "turn id")):
+            started = time.monotonic()
+            [refused] = hub.ask("hello", session_id=session_id, turn_id=turn_id)
+            assert refused["reason"] == "id_too_long", refused
+            assert f"{what} " in refused["message"] and "not valid UTF-8" in refused["message"]
+            assert time.monotonic() - started < 1
+        assert hub.ask("hello", session_id="kitchen", turn_id="t-1") == ["hello there"]
+        assert hub.protocol.engine.asked == ["hello"]
+    finally:
+        hub.close()
+
+
+@pytest.mark.parametrize("backend", ["memory", pytest.param("redis", marks=pytest.mark.hub)])
 def test_turn_records_of_ids_with_colons_never_collide(backend, tmp_path, monkeypatch, request):
     """Redis named a record turn:<session>:<turn id>: a satellite's session "x:y" with turn
     "z" and its session "x" with turn "y:z" were one key, and the second turn was answered

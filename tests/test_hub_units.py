@@ -267,3 +267,19 @@ def test_one_client_keeps_a_bounded_number_of_sessions_and_others_keep_theirs():
     assert sorted(book.closed("conn-1")) == ["s10", "s7", "s9"]
     assert len(book) == 1 and book.expired(now=200) == ["other-1"] and len(book) == 0
     assert book._of_client == {}
+
+
+def test_an_id_is_refused_past_256_bytes_of_utf8_and_quoted_briefly_whatever_its_length():
+    from hivemind_chat_agent.core.limits import MAX_ID_BYTES, id_refusal, shown, shown_name
+    assert MAX_ID_BYTES == 256
+    for fine in ("", "kitchen", "a" * 256, "é" * 128, "€" * 85, "😀" * 64):
+        assert id_refusal("session id", fine) == "", fine
+    for over in ("a" * 257, "é" * 129, "€" * 86, "😀" * 65, "x" * 3_000_000):
+        why = id_refusal("session id", over)
+        assert "over 256 bytes of UTF-8" in why and len(why) < 200, why[:300]
+    assert "not valid UTF-8" in id_refusal("turn id", "t\ud800")     # JSON can carry one
+    assert shown("a\nb") == "'a\\nb'"                                  # no forged log line
+    assert shown("x" * 1000) == f"{'x' * 32!r}… (1000 bytes)"
+    assert shown_name("sat::1::kitchen") == "sat::1::kitchen"
+    assert shown_name("sat::" + "s" * 10**6).endswith("… (1000005 bytes)")
+    assert len(shown_name("sat::\n" + "s" * 10**6)) < 130 and "\n" not in shown_name("\n")

@@ -29,6 +29,18 @@ def over_bound(value: str, bound: int = MAX_ID_BYTES) -> bool:
     return id_bytes(value) > bound
 
 
+def id_refusal(what: str, value: str, bound: int = MAX_ID_BYTES) -> str:
+    """Why the id `value` cannot be kept ("" when it can): over `bound` bytes, or not UTF-8
+    at all (a lone surrogate, which JSON can carry and no Redis key name can)."""
+    if over_bound(value, bound):
+        return too_long(what, value, bound)
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return f"the {what} {shown(value)} is not valid UTF-8; use another {what}"
+    return ""
+
+
 def shown(value: object, keep: int = SHOWN_CHARS, quote: bool = True) -> str:
     """`value` as a log line or an error message may quote it: escaped (no newline or control
     character of a sender's can forge a line) and, when long, its first `keep` characters and

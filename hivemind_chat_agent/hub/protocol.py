@@ -27,7 +27,7 @@ from ovos_utils.xdg_utils import xdg_data_home
 from hivemind_chat_agent import compat
 from hivemind_chat_agent.core.clock import Clock
 from hivemind_chat_agent.core.conversation import conversation_for_turn
-from hivemind_chat_agent.core.limits import over_bound, shown, shown_name, too_long
+from hivemind_chat_agent.core.limits import id_refusal, shown, shown_name
 from hivemind_chat_agent.core.transcript import Exchange
 from hivemind_chat_agent.core.protocol_names import STOP_TYPES, UTTERANCE_TYPES
 from hivemind_chat_agent.core.turns import EndReason
@@ -109,7 +109,8 @@ class ChatAgentProtocol(AgentProtocol):
     def _satellite(self, message: Message, what: str):
         """(client, peer, its declared Session, engine session id) of an authenticated
         satellite's message, or None (logged) for one not to act on. IdentifierTooLongError
-        for a declared session id over core/limits.MAX_ID_BYTES (nothing of it is kept),
+        for a declared session id over core/limits.MAX_ID_BYTES or not UTF-8 (nothing of it
+        is kept),
         ConversationStoreError when the store holding the hub secret is down."""
         peer = message.context.get("peer") or message.context.get("source")
         client = self.clients.get(peer)
@@ -134,8 +135,9 @@ class ChatAgentProtocol(AgentProtocol):
         # keyed by the id the satellite declared, so its engine session is the same on 4.x
         # and 5.x hubs (and across an upgrade); replies carry that id back
         declared = link.declared_session_id(client, sat_session["session_id"])
-        if over_bound(declared):
-            raise IdentifierTooLongError(too_long("session id", declared))
+        refusal = id_refusal("session id", declared)
+        if refusal:
+            raise IdentifierTooLongError(refusal)
         sat_session = dict(sat_session, session_id=declared)
         session_id = engine_session_id(self._secret, client.key, sat_session["session_id"])
         return client, peer, sat_session, session_id
@@ -154,8 +156,9 @@ class ChatAgentProtocol(AgentProtocol):
             return
         client, peer, sat_session, session_id = satellite
         turn_id = turn_id_of(message.context)
-        if over_bound(turn_id):
-            self._fail_unnamed(message, too_long("turn id", turn_id), EndReason.ID_TOO_LONG)
+        refusal = id_refusal("turn id", turn_id)
+        if refusal:
+            self._fail_unnamed(message, refusal, EndReason.ID_TOO_LONG)
             return
         utterance = first_utterance(message.data)
         loop = IOLoop.current()
