@@ -364,9 +364,13 @@ def _ask_with_key(port, key):
                                                        http_client=http)) as client:
             told = await client.call_tool("ask", {"utterance": "hello"})
             assert told.content[0].text == "hello there"
-            long = await client.call_tool("ask", {"utterance": "hello",
-                                                  "conversation": "x" * 300_000})
-            assert long.is_error and "at most" in long.content[0].text
+            for name in ("x" * 300_000, "ö" * 101):          # 202 bytes of UTF-8
+                long = await client.call_tool("ask", {"utterance": "hello",
+                                                      "conversation": name})
+                assert long.is_error and "at most 200 bytes" in long.content[0].text
+            named = await client.call_tool("ask", {"utterance": "hello",
+                                                   "conversation": "ö" * 100})
+            assert named.content[0].text == "hello there"
     asyncio.run(asyncio.wait_for(main(), 60))
 
 

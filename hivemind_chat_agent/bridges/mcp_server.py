@@ -10,7 +10,7 @@ in Claude Desktop, Open WebUI or any MCP client can use the hub's skills.
 own conversation (one client launched it); over HTTP the MCP session's, when the client has one
 (`Mcp-Session-Id`, protocols before 2026-07-28), else the server's default conversation: the
 2026-07-28 protocol is stateless over HTTP, so clients that share a server should name theirs.
-The result names the conversation it ran in; names are at most MAX_CONVERSATION characters.
+The result names the conversation it ran in; names are at most MAX_CONVERSATION bytes.
 Over stdio by default (what desktop clients launch), streamable HTTP with `--http`: behind
 bridges/http_front's guard like the OpenAI front (Host and Origin checked on every bind
 address, and by the SDK's own TransportSecuritySettings with explicit lists; off loopback a
@@ -26,7 +26,8 @@ from typing import Any, Dict, Optional
 from hivemind_chat_agent.bridges import http_front
 from hivemind_chat_agent.errors import HiveMindChatError
 
-MAX_CONVERSATION = 200      # characters of a conversation name
+MAX_CONVERSATION = 200      # bytes (UTF-8) of a conversation name: its session id, with the
+                            # caller's name, stays within core/limits.MAX_ID_BYTES
 MCP_PATH = "/mcp"
 
 TOOL_DESCRIPTION = (
@@ -63,8 +64,8 @@ async def ask_hub(agent, utterance: str, conversation: str,
     (the HTTP caller hung up: the SDK cancels the call), the turn is stopped at the hub."""
     if not utterance or not utterance.strip():
         raise ValueError("utterance must not be empty")
-    if len(conversation) > MAX_CONVERSATION:
-        raise ValueError(f"a conversation name has at most {MAX_CONVERSATION} characters")
+    if len(conversation.encode()) > MAX_CONVERSATION:
+        raise ValueError(f"a conversation name has at most {MAX_CONVERSATION} bytes of UTF-8")
     session = f"mcp:{caller}:{conversation}" if caller else f"mcp:{conversation}"
     turn = await agent.abegin([{"role": "user", "content": utterance}], session_id=session)
     try:
