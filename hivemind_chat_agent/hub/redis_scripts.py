@@ -16,7 +16,7 @@ the plugin answers that turn "busy" rather than let a running turn be run twice.
 
 # shared by the scripts: ARGV[1] is the key prefix
 _COMMON = """
-if redis.replicate_commands then redis.replicate_commands() end   -- Redis < 5: TIME, then writes
+if redis.replicate_commands then redis.replicate_commands() end   -- Redis < 5: TIME, writes
 local prefix = ARGV[1]
 local function now()
   local t = redis.call('TIME')
@@ -35,17 +35,24 @@ end
 local function claim(turns, member, record, record_ttl, cap, t)
   local key = prefix .. 'turn:' .. member
   if redis.call('EXISTS', key) == 1 then return 0 end
-  redis.call('ZREMRANGEBYSCORE', turns, '-inf', t - record_ttl)     -- lapsed with their key
   local over = redis.call('ZCARD', turns) - cap + 1
-  if over > 0 then
-    for _, old in ipairs(redis.call('ZRANGE', turns, 0, -1)) do
+  if over > 0 then          -- those that lapsed with their key first
+    redis.call('ZREMRANGEBYSCORE', turns, '-inf', t - record_ttl)
+    over = redis.call('ZCARD', turns) - cap + 1
+  end
+  local kept = 0             -- running records at the front, skipped (never dropped)
+  while over > 0 do          -- oldest first, a few at a time: the oldest is usually done
+    local batch = redis.call('ZRANGE', turns, kept, kept + 7)
+    if #batch == 0 then return -1 end
+    for _, old in ipairs(batch) do
       if over <= 0 then break end
-      if not running(redis.call('GET', prefix .. 'turn:' .. old)) then
+      if running(redis.call('GET', prefix .. 'turn:' .. old)) then
+        kept = kept + 1
+      else
         drop_record(turns, old)
         over = over - 1
       end
     end
-    if over > 0 then return -1 end
   end
   redis.call('SET', key, record, 'EX', record_ttl)
   redis.call('ZADD', turns, t, member)
@@ -62,10 +69,13 @@ local sessions, turns = KEYS[1], KEYS[2]
 local sid, ttl, cap = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local t = now()
 if cap > 0 then
-  redis.call('ZREMRANGEBYSCORE', sessions, '-inf', t - ttl)        -- their keys expired
   redis.call('ZADD', sessions, t, sid)
   redis.call('EXPIRE', sessions, ttl)
   local over = redis.call('ZCARD', sessions) - cap
+  if over > 0 then          -- those whose keys expired first
+    redis.call('ZREMRANGEBYSCORE', sessions, '-inf', t - ttl)
+    over = redis.call('ZCARD', sessions) - cap
+  end
   if over > 0 then
     local gone = {}
     for _, old in ipairs(redis.call('ZRANGE', sessions, 0, over - 1)) do
@@ -118,8 +128,7 @@ end
 if ARGV[7] ~= '' then
   local record_ttl = tonumber(ARGV[9])
   redis.call('SET', prefix .. 'turn:' .. ARGV[7], ARGV[8], 'EX', record_ttl)
-  redis.call('ZADD', turns, now(), ARGV[7])
-  redis.call('EXPIRE', turns, record_ttl)
+  redis.call('ZADD', turns, now(), ARGV[7])   -- (the claim renewed the set's own TTL)
 end
 return 1
 """
