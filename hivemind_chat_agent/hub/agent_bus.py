@@ -12,6 +12,8 @@ from typing import Callable, Dict, List
 
 from ovos_utils.log import LOG
 
+from hivemind_chat_agent.core.limits import shown
+
 
 class AgentBus:
     session_id = "default"   # read by some OVOS helpers that expect a bus to have one
@@ -50,7 +52,7 @@ class AgentBus:
                 handler(message)
             except Exception as e:   # one handler's bug must not stop the hub's IO loop
                 LOG.error(f"agent bus handler for {message.msg_type} raised "
-                          f"{type(e).__name__}: {e}")
+                          f"{type(e).__name__}: {shown(str(e), 200, quote=False)}")
 
     def close(self) -> None:
         with self._lock:

@@ -110,8 +110,7 @@ class ChatAgentProtocol(AgentProtocol):
         """(client, peer, its declared Session, engine session id) of an authenticated
         satellite's message, or None (logged) for one not to act on. IdentifierTooLongError
         for a declared session id over core/limits.MAX_ID_BYTES or not UTF-8 (nothing of it
-        is kept),
-        ConversationStoreError when the store holding the hub secret is down."""
+        is kept), ConversationStoreError when the store holding the hub secret is down."""
         peer = message.context.get("peer") or message.context.get("source")
         client = self.clients.get(peer)
         if client is None:

@@ -14,6 +14,7 @@ from typing import Callable, Deque, Dict, Hashable, List, Optional, Set
 from ovos_utils.log import LOG
 
 from hivemind_chat_agent import background
+from hivemind_chat_agent.core.limits import shown
 
 
 class QueueFull(Exception):
@@ -168,7 +169,8 @@ class KeyedSerialExecutor:
             try:
                 job()
             except Exception as e:  # a job reports its own failures; never kill the worker
-                LOG.error(f"hub turn failed unexpectedly: {type(e).__name__}: {e}")
+                LOG.error(f"hub turn failed unexpectedly: {type(e).__name__}: "
+                          f"{shown(str(e), 200, quote=False)}")
             with self._cond:
                 self._running.discard(key)
                 self._running_in[group] -= 1
