@@ -388,6 +388,18 @@ def test_nested_malformed_and_truncated_input_is_one_log_line_never_a_traceback(
     lines = [r.getMessage() for r in logged if "closed a connection" in r.getMessage()]
     assert lines and all("\n" not in line and len(line) < 200 for line in lines), lines
     assert "nests too deep" in lines[0]
+    # what a web page can send (HTTP, a CORS-simple POST): closed, nothing answered
+    page = connect_from("127.0.0.1", server.port)
+    page.sendall(b"POST / HTTP/1.1\r\nHost: 127.0.0.1:10700\r\nContent-Type: text/plain\r\n"
+                 b"Origin: https://attacker.example\r\n\r\n" + json.dumps(
+                     {"type": "transcript", "data": {"text": "unlock the door"}}).encode() +
+                 b"\n")
+    page.settimeout(3)
+    try:
+        assert page.recv(65536) == b""
+    except ConnectionResetError:         # closed with what it sent still unread: a reset
+        pass
+    page.close()
     assert asyncio.run(describe_from(server.port, "127.0.0.1")).handle     # still serving
 
 
