@@ -217,6 +217,23 @@ def test_a_peer_not_allowed_is_closed_at_accept_and_an_allowed_one_answered(
     assert server.guard.gate.refused["not allowed"] >= 202 and server.guard.gate.open == 0
 
 
+def test_ipv6_peers_are_checked_against_ipv6_networks(make_agent, servers):
+    agent = dead_hub_agent(make_agent)
+    elsewhere = servers(agent, allow=["fd00::/8", "127.0.0.1"], host="::1")
+    s = socket.create_connection(("::1", elsewhere.port), timeout=5)
+    assert seconds_until_closed(s, 1.0) is not None
+    s.close()
+    listed = servers(agent, allow=["::1/128"], host="::1")
+
+    async def describe_v6():
+        reader, writer = await asyncio.open_connection("::1", listed.port)
+        await async_write_event(Describe().event(), writer)
+        event = await asyncio.wait_for(async_read_event(reader), 5)
+        writer.close()
+        return event
+    assert Info.is_type(asyncio.run(describe_v6()).type)
+
+
 @pytest.mark.hub
 def test_the_command_line_takes_the_allow_list_and_the_deadlines(creds):
     port = free_port()
