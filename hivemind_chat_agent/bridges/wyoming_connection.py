@@ -26,6 +26,7 @@ from hivemind_chat_agent.bridges.wyoming_events import (MAX_LINE, BadEvent, Dead
 from hivemind_chat_agent.core.peer_gate import NOT_ALLOWED, Notices, PeerGate
 
 LOG = logging.getLogger(__name__)
+MAX_LANGUAGE = 35       # characters of a language tag taken (longer: the hub's default)
 
 
 class Guard:
@@ -221,7 +222,8 @@ async def answer_transcript(bridge: WyomingBridge, guard: Guard, data: dict, pee
             return
         async with contextlib.aclosing(bridge.answer(
                 text, context if isinstance(context, dict) else {},
-                language if isinstance(language, str) else None, peer)) as answers:
+                language if isinstance(language, str) and len(language) <= MAX_LANGUAGE
+                else None, peer)) as answers:
             async for answer in answers:
                 await async_write_event(answer, writer)
 
