@@ -1,27 +1,27 @@
-"""The Lua the Redis store runs, so that a client's bounds hold across every replica sharing
-the store and each turn still costs one round trip as it begins and one as it ends.
+"""The Lua the Redis store runs when a client is over one of its bounds, so that they hold
+across every replica sharing the store. A turn's own begin and end are plain commands in one
+round trip each (hub/redis_store.py): a script call costs Redis 25-45 us over its commands,
+which bench_store.py saw as 1.16-1.18x against the target of 1.1x when every turn ran two.
 
 Per client (its fingerprint, core/satellites.client_fingerprint; "" for none, which is under
 no session cap):
     sessions:<client>   sorted set: the client's engine session ids, scored by their last turn
-                        (Redis' own clock, so replicas' clocks do not matter)
+                        (the hub's clock: replicas' clocks differ by far less than a session
+                        lasts)
     turns:<client>      sorted set: the client's turn records ("<n>:<session>:<turn id>", as
-                        in their key), scored by their last write
+                        in their key), scored by their claim
 A session beyond `max_sessions_per_client` (the least recently used) goes with its history, its
 Session and its finished turn records; a running record stays until its turn ends, for the same
 reason as below. A new turn record beyond `max_turn_records_per_client` makes room with the
-client's own oldest finished record; when every one is running, the claim is refused (-1), and
-the plugin answers that turn "busy" rather than let a running turn be run twice.
+client's own oldest finished record, dropped as the turn before ends (off the next turn's
+path: one fewer is left, so that its claim fits); when every one is running, the claim is undone
+and refused (-1), and the plugin answers that turn "busy" rather than let a running turn be run
+twice.
 """
 
 # shared by the scripts: ARGV[1] is the key prefix
 _COMMON = """
-if redis.replicate_commands then redis.replicate_commands() end   -- Redis < 5: TIME, writes
 local prefix = ARGV[1]
-local function now()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) + tonumber(t[2]) / 1e6
-end
 local function running(raw)
   if not raw then return false end
   local ok, record = pcall(cjson.decode, raw)
@@ -31,113 +31,67 @@ local function drop_record(turns, member)
   redis.call('DEL', prefix .. 'turn:' .. member)
   redis.call('ZREM', turns, member)
 end
--- a record of `client` is started unless there is one; 1 started, 0 there is one, -1 full
-local function claim(turns, member, record, record_ttl, cap, t)
-  local key = prefix .. 'turn:' .. member
-  if redis.call('EXISTS', key) == 1 then return 0 end
-  local over = redis.call('ZCARD', turns) - cap + 1
-  if over > 0 then          -- those that lapsed with their key first
-    redis.call('ZREMRANGEBYSCORE', turns, '-inf', t - record_ttl)
-    over = redis.call('ZCARD', turns) - cap + 1
-  end
-  local kept = 0             -- running records at the front, skipped (never dropped)
-  while over > 0 do          -- oldest first, a few at a time: the oldest is usually done
-    local batch = redis.call('ZRANGE', turns, kept, kept + 7)
-    if #batch == 0 then return -1 end
-    for _, old in ipairs(batch) do
-      if over <= 0 then break end
-      if running(redis.call('GET', prefix .. 'turn:' .. old)) then
-        kept = kept + 1
-      else
-        drop_record(turns, old)
-        over = over - 1
-      end
-    end
-  end
-  redis.call('SET', key, record, 'EX', record_ttl)
-  redis.call('ZADD', turns, t, member)
-  redis.call('EXPIRE', turns, record_ttl)
-  return 1
-end
-"""
-
-# KEYS: sessions:<client>, turns:<client>
-# ARGV: prefix, session id, session ttl, max sessions (0: no cap), read history (0/1),
-#       turn member ("" for none), running record JSON, record ttl, max turn records
-BEGIN = _COMMON + """
-local sessions, turns = KEYS[1], KEYS[2]
-local sid, ttl, cap = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
-local t = now()
-if cap > 0 then
-  redis.call('ZADD', sessions, t, sid)
-  redis.call('EXPIRE', sessions, ttl)
-  local over = redis.call('ZCARD', sessions) - cap
-  if over > 0 then          -- those whose keys expired first
-    redis.call('ZREMRANGEBYSCORE', sessions, '-inf', t - ttl)
-    over = redis.call('ZCARD', sessions) - cap
-  end
-  if over > 0 then
-    local gone = {}
-    for _, old in ipairs(redis.call('ZRANGE', sessions, 0, over - 1)) do
-      redis.call('DEL', prefix .. 'history:' .. old, prefix .. 'session:' .. old)
-      gone[string.len(old) .. ':' .. old .. ':'] = true
-    end
-    redis.call('ZREMRANGEBYRANK', sessions, 0, over - 1)
-    for _, member in ipairs(redis.call('ZRANGE', turns, 0, -1)) do
-      local head = string.match(member, '^%d+:')
-      local n = head and tonumber(string.sub(head, 1, -2))
-      if n and gone[string.sub(member, 1, string.len(head) + n + 1)]
-          and not running(redis.call('GET', prefix .. 'turn:' .. member)) then
-        drop_record(turns, member)
-      end
-    end
-  end
-end
-local session = redis.call('GET', prefix .. 'session:' .. sid)
-local history = {}
-if ARGV[5] == '1' then history = redis.call('LRANGE', prefix .. 'history:' .. sid, 0, -1) end
-local claimed = 1
-if ARGV[6] ~= '' then
-  claimed = claim(turns, ARGV[6], ARGV[7], tonumber(ARGV[8]), tonumber(ARGV[9]), t)
-end
-return {session, history, claimed}
 """
 
 # KEYS: turns:<client>
-# ARGV: prefix, turn member, running record JSON, record ttl, max turn records
-CLAIM = _COMMON + """
-return claim(KEYS[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), now())
+# ARGV: prefix, how many records to leave at most, record ttl, now, the member just claimed
+#       ("" when trimming after a turn)
+# Returns 1 when the client is within that number again, -1 when only running records (and
+# the one just claimed) are left: that claim is undone.
+MAKE_ROOM = _COMMON + """
+local turns, cap = KEYS[1], tonumber(ARGV[2])
+local mine = ARGV[5]
+local over = redis.call('ZCARD', turns) - cap
+if over > 0 then          -- those that lapsed with their key first
+  redis.call('ZREMRANGEBYSCORE', turns, '-inf', tonumber(ARGV[4]) - tonumber(ARGV[3]))
+  over = redis.call('ZCARD', turns) - cap
+end
+local kept = 0             -- running records at the front, skipped (never dropped)
+while over > 0 do          -- oldest first, a few at a time: the oldest is usually done
+  local batch = redis.call('ZRANGE', turns, kept, kept + 7)
+  if #batch == 0 then break end
+  for _, old in ipairs(batch) do
+    if over <= 0 then break end
+    if old == mine or running(redis.call('GET', prefix .. 'turn:' .. old)) then
+      kept = kept + 1
+    else
+      drop_record(turns, old)
+      over = over - 1
+    end
+  end
+end
+if over > 0 then
+  if mine ~= '' then drop_record(turns, mine) end
+  return -1
+end
+return 1
 """
 
 # KEYS: sessions:<client>, turns:<client>
-# ARGV: prefix, session id, the client has a session cap (0/1), session ttl,
-#       exchange JSON ("" for none), how many of the oldest to trim, turn member ("" for none),
-#       done record JSON, record ttl
-# The exchange is kept only while the session is still the client's (a turn that outlived
-# its session's eviction does not bring it back); the record is done either way.
-FINISH = _COMMON + """
+# ARGV: prefix, max sessions, session ttl, now
+# Returns how many sessions went (with their history, Session and finished turn records).
+EVICT_SESSIONS = _COMMON + """
 local sessions, turns = KEYS[1], KEYS[2]
-local sid, ttl = ARGV[2], tonumber(ARGV[4])
-if ARGV[5] ~= '' and (ARGV[3] == '0' or redis.call('ZSCORE', sessions, sid)) then
-  local history = prefix .. 'history:' .. sid
-  redis.call('RPUSH', history, ARGV[5])
-  local drop = tonumber(ARGV[6])
-  if drop > 0 then redis.call('LTRIM', history, drop, -1) end
-  redis.call('EXPIRE', history, ttl)
+local cap, ttl, t = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local over = redis.call('ZCARD', sessions) - cap
+if over > 0 then          -- those whose keys expired first
+  redis.call('ZREMRANGEBYSCORE', sessions, '-inf', t - ttl)
+  over = redis.call('ZCARD', sessions) - cap
 end
-if ARGV[7] ~= '' then
-  local record_ttl = tonumber(ARGV[9])
-  redis.call('SET', prefix .. 'turn:' .. ARGV[7], ARGV[8], 'EX', record_ttl)
-  redis.call('ZADD', turns, now(), ARGV[7])   -- (the claim renewed the set's own TTL)
+if over <= 0 then return 0 end
+local gone = {}
+for _, old in ipairs(redis.call('ZRANGE', sessions, 0, over - 1)) do
+  redis.call('DEL', prefix .. 'history:' .. old, prefix .. 'session:' .. old)
+  gone[string.len(old) .. ':' .. old .. ':'] = true
 end
-return 1
-"""
-
-# KEYS: sessions:<client>
-# ARGV: prefix, session id, the client has a session cap (0/1), session ttl, Session JSON
-KEEP_SESSION = _COMMON + """
-if ARGV[3] == '0' or redis.call('ZSCORE', KEYS[1], ARGV[2]) then
-  redis.call('SET', prefix .. 'session:' .. ARGV[2], ARGV[5], 'EX', tonumber(ARGV[4]))
+redis.call('ZREMRANGEBYRANK', sessions, 0, over - 1)
+for _, member in ipairs(redis.call('ZRANGE', turns, 0, -1)) do
+  local head = string.match(member, '^%d+:')
+  local n = head and tonumber(string.sub(head, 1, -2))
+  if n and gone[string.sub(member, 1, string.len(head) + n + 1)]
+      and not running(redis.call('GET', prefix .. 'turn:' .. member)) then
+    drop_record(turns, member)
+  end
 end
-return 1
+return over
 """

@@ -15,14 +15,18 @@ Keys, under `hivemind-chat:` in the URL's database:
 Engine session ids are keyed digests of the access key and the declared id (core/satellites.py)
 and <client> is the digest alone: no access key or utterance is in a key name, and every id in
 one is bounded (core/limits.py). Every write renews its conversation's keys for `session_ttl`.
-A turn costs two round trips: one script as it begins (the client's session cap kept, its
-record claimed, the Session and history read) and one as it ends (the exchange appended and
-trimmed, the record done); a third when the engine changed the Session. The scripts are in
-hub/redis_scripts.py.
+A turn costs two round trips of plain commands: one as it begins (the Session and history read,
+its record claimed and counted) and one as it ends, after the answer (the exchange appended and
+trimmed, the record done, the session marked the client's most recent); a third when the engine
+changed the Session. A client at one of its caps costs one script more (hub/redis_scripts.py),
+as a turn ends: a new session past `max_sessions_per_client`, or a client at
+`max_turn_records_per_client` (its oldest finished record goes, so the next claim fits); and as
+a turn begins when many of its turns run at once.
 """
 import json
 import secrets
 import threading
+import time
 import uuid
 from typing import Any, Dict, List, Optional
 from urllib.parse import urlsplit, urlunsplit
@@ -55,7 +59,7 @@ class RedisStore:
         self.max_sessions_per_client = max_sessions_per_client
         self.max_turn_records_per_client = max_turn_records_per_client
         self._scripts = {name: self._redis.register_script(getattr(redis_scripts, name))
-                         for name in ("BEGIN", "CLAIM", "FINISH", "KEEP_SESSION")}
+                         for name in ("MAKE_ROOM", "EVICT_SESSIONS")}
         self._secret: Optional[bytes] = None
         self.owner = uuid.uuid4().hex          # this hub, as the owner of the turns it runs
         self._closed = threading.Event()
@@ -75,44 +79,92 @@ class RedisStore:
             self._run(*self._append(session_id, exchange, self.history(session_id)))
 
     def begin(self, session_id: str, turn_id: str, client: str = "") -> Begun:
+        """The Session and history read and the record claimed (and counted, for a client
+        with many turns at once), in one round trip; the rest of the bookkeeping waits for
+        `finish`, after the answer."""
         self._beat()
-        mine = record_to_json(TurnRecord(RUNNING, self.owner)) if turn_id else ""
-        raw_session, raw_history, claimed = self._script(
-            "BEGIN", [_sessions(client), _turns(client)],
-            [session_id, self._ttl, self._session_cap(client), int(bool(self.history_turns)),
-             _member(session_id, turn_id) if turn_id else "", mine, int(TURN_RECORD_TTL),
-             self.max_turn_records_per_client])
-        record = None if claimed == 1 else self._claim_refused(claimed, session_id, turn_id)
-        history = [e for e in map(exchange_from_json, raw_history or []) if e is not None]
-        return Begun(record, _json_dict(raw_session), history)
+        commands = [("GET", _session(session_id))]
+        if self.history_turns:
+            commands.append(("LRANGE", _history(session_id), 0, -1))
+        now = time.time()
+        if turn_id:
+            commands += self._claim(client, session_id, turn_id, now)
+        replies = self._run(*commands)
+        history = [e for e in map(exchange_from_json, replies[1])
+                   if e is not None] if self.history_turns else []
+        record = self._claimed(replies[-3:], client, session_id, turn_id, now) \
+            if turn_id else None
+        return Begun(record, _json_dict(replies[0]), history)
 
     def finish(self, session_id: str, turn_id: str, exchange: Exchange, sentences: List[str],
                earlier: List[Exchange], keep_exchange: bool, client: str = "") -> None:
-        kept, drop = "", 0
+        """The exchange kept and the record done; the session marked the client's most
+        recent (the least recently used beyond the cap evicted), and the client's oldest
+        finished record dropped when it is at its cap, so the next claim fits."""
+        commands = []
         if keep_exchange and self.history_turns:
-            kept = exchange_to_json(clip(exchange, self.history_bytes))
-            drop = bounded(earlier, exchange, self.history_turns, self.history_bytes)
-        done = record_to_json(TurnRecord(DONE, self.owner, list(sentences), exchange.ended)) \
-            if turn_id else ""
-        if kept or done:
-            self._script("FINISH", [_sessions(client), _turns(client)],
-                         [session_id, int(bool(self._session_cap(client))), self._ttl, kept,
-                          drop, _member(session_id, turn_id) if turn_id else "", done,
-                          int(TURN_RECORD_TTL)])
+            commands += self._append(session_id, exchange, earlier)
+        if turn_id:
+            done = TurnRecord(DONE, self.owner, list(sentences), exchange.ended)
+            commands += [("SET", _turn(session_id, turn_id), record_to_json(done), "EX",
+                          int(TURN_RECORD_TTL)),
+                         ("EXPIRE", _turns(client), int(TURN_RECORD_TTL)),
+                         ("ZCARD", _turns(client))]
+        cap, now = self._session_cap(client), time.time()
+        if cap:
+            commands += self._touch(client, session_id)
+        if not commands:
+            return
+        replies = self._run(*commands)
+        if cap:
+            self._evict_if_over(replies[-3:], client, now)
+            replies = replies[:-3]
+        if turn_id and replies[-1] >= self.max_turn_records_per_client:
+            self._script("MAKE_ROOM", [_turns(client)], [
+                self.max_turn_records_per_client - 1, int(TURN_RECORD_TTL), now, ""])
 
-    def _session_cap(self, client: str) -> int:
-        """The client's session cap (0: none, for sessions of no client)."""
-        return self.max_sessions_per_client if client else 0
+    def _touch(self, client: str, session_id: str) -> List[tuple]:
+        """The commands that mark the session the client's most recent and count the client's
+        sessions (ZADD's reply: 1 when it is new to the client's set)."""
+        return [("ZADD", _sessions(client), time.time(), session_id),
+                ("EXPIRE", _sessions(client), self._ttl), ("ZCARD", _sessions(client))]
 
-    def _claim_refused(self, claimed: int, session_id: str, turn_id: str) -> Optional[TurnRecord]:
-        """A claim that did not start a record: the record there is (0), or TurnRecordsFull
-        (-1: the client's records are all running)."""
-        if claimed == -1:
+    def _evict_if_over(self, replies: List[Any], client: str, now: float) -> None:
+        """A session new to the client's set that took it past its cap: the least recently
+        used go, with their keys."""
+        added, _expire, count = replies
+        if added and count > self.max_sessions_per_client:
+            self._script("EVICT_SESSIONS", [_sessions(client), _turns(client)],
+                         [self.max_sessions_per_client, self._ttl, now])
+
+    def _claim(self, client: str, session_id: str, turn_id: str, now: float) -> List[tuple]:
+        """The commands that claim a turn's record (SET NX) and count the client's records."""
+        mine = record_to_json(TurnRecord(RUNNING, self.owner))
+        return [("SET", _turn(session_id, turn_id), mine, "NX", "EX", int(TURN_RECORD_TTL)),
+                ("ZADD", _turns(client), now, _member(session_id, turn_id)),
+                ("ZCARD", _turns(client))]
+
+    def _claimed(self, replies: List[Any], client: str, session_id: str, turn_id: str,
+                 now: float) -> Optional[TurnRecord]:
+        """None when the claim started the record (room made when the client went past its
+        cap: many of its turns at once), else the record there is; TurnRecordsFull when only
+        running ones are left."""
+        claimed, _added, count = replies
+        if not claimed:
+            return self.turn_record(session_id, turn_id)
+        if count > self.max_turn_records_per_client and self._script(
+                "MAKE_ROOM", [_turns(client)], [self.max_turn_records_per_client,
+                                                int(TURN_RECORD_TTL), now,
+                                                _member(session_id, turn_id)]) != 1:
             raise TurnRecordsFull(
                 f"this client's {self.max_turn_records_per_client} turn records "
                 "(max_turn_records_per_client) all belong to turns still running; try again "
                 "when one has ended")
-        return self.turn_record(session_id, turn_id)
+        return None
+
+    def _session_cap(self, client: str) -> int:
+        """The client's session cap (0: none, for sessions of no client)."""
+        return self.max_sessions_per_client if client else 0
 
     def _append(self, session_id: str, exchange: Exchange,
                 earlier: List[Exchange]) -> List[tuple]:
@@ -127,9 +179,7 @@ class RedisStore:
         return commands
 
     def keep_session(self, session_id: str, session: Dict[str, Any], client: str = "") -> None:
-        self._script("KEEP_SESSION", [_sessions(client)],
-                     [session_id, int(bool(self._session_cap(client))), self._ttl,
-                      json.dumps(session)])
+        self._run(("SET", _session(session_id), json.dumps(session), "EX", self._ttl))
 
     def forget(self, session_id: str) -> None:
         """Kept until its TTL: the satellite may continue on another replica."""
@@ -160,10 +210,10 @@ class RedisStore:
 
     # ---- turn records ----
     def claim_turn(self, session_id: str, turn_id: str, client: str = "") -> Optional[TurnRecord]:
-        claimed = self._script("CLAIM", [_turns(client)], [
-            _member(session_id, turn_id), record_to_json(TurnRecord(RUNNING, self.owner)),
-            int(TURN_RECORD_TTL), self.max_turn_records_per_client])
-        return None if claimed == 1 else self._claim_refused(claimed, session_id, turn_id)
+        now = time.time()
+        replies = self._run(*self._claim(client, session_id, turn_id, now),
+                            ("EXPIRE", _turns(client), int(TURN_RECORD_TTL)))
+        return self._claimed(replies[:3], client, session_id, turn_id, now)
 
     def take_over(self, session_id: str, turn_id: str) -> bool:
         key = _turn(session_id, turn_id)
@@ -226,6 +276,10 @@ class RedisStore:
         try:
             connection.send_packed_command(connection.pack_commands(commands))
             return [connection.read_response() for _ in commands]
+        except redis.exceptions.NoScriptError:
+            if len(commands) > 1:      # replies left unread: the connection is not reusable
+                connection.disconnect()
+            raise
         except (redis.RedisError, OSError) as e:
             connection.disconnect()
             raise self._error(e) from None
@@ -233,9 +287,16 @@ class RedisStore:
             pool.release(connection)
 
     def _script(self, name: str, keys: List[str], args: List[Any]) -> Any:
-        """One of hub/redis_scripts.py's scripts (EVALSHA; loaded again by redis-py when
-        Redis lost it, after a restart), its first argument the key prefix."""
-        return self._call(self._scripts[name], keys=keys, args=[KEY_PREFIX, *args])
+        """One of hub/redis_scripts.py's scripts, its first argument the key prefix: EVALSHA
+        on the packed path above (redis-py's Script objects cost this hub about 0.1 ms more
+        per turn), loaded again when Redis lost it (a restart)."""
+        script = self._scripts[name]
+        command = ("EVALSHA", script.sha, len(keys), *keys, KEY_PREFIX, *args)
+        try:
+            return self._run(command)[0]
+        except redis.exceptions.NoScriptError:
+            self._call(self._redis.script_load, script.script)
+            return self._run(command)[0]
 
     def _call(self, method, *args, **kwargs) -> Any:
         try:
@@ -262,6 +323,10 @@ def _member(session_id: str, turn_id: str) -> str:
     """A turn record's name: the session id's length in bytes first, so that no two
     (session, turn id) pairs share one whatever ':' they contain."""
     return f"{len(session_id.encode('utf-8'))}:{session_id}:{turn_id}"
+
+
+def _session(session_id: str) -> str:
+    return f"{KEY_PREFIX}session:{session_id}"
 
 
 def _turn(session_id: str, turn_id: str) -> str:
