@@ -1,6 +1,6 @@
 """Chat engines for the hub-side tests, loaded by hivemind-core as "engines:ScriptEngine".
 
-Commands (first word): hello | history | count N | slow N SECONDS | talk N SECONDS | stops | wait SECONDS |
+Commands (first word): hello | history | count N | slow N SECONDS | talk N SECONDS | stops | talking | wait SECONDS |
 raise | hang SECONDS | empty | remember WORDS | recall | whoami | lang | units | note WORDS |
 notes; anything else is echoed. "note"/"notes" keep their words in the turn's OVOS Session
 (intent context), as skills keep their state, instead of in the engine.
@@ -8,7 +8,8 @@ notes; anything else is echoed. "note"/"notes" keep their words in the turn's OV
 "talk" is a long answer that a satellite's stop ends: the engine notes (kind, time.monotonic())
 when its generator is closed ("closed"), when `stop_session` is called ("stop_session") and when
 the answer returned because of it ("returned"), and
-"stops" answers that list as JSON (CLOCK_MONOTONIC is one clock for every process here).
+"stops" answers that list as JSON (CLOCK_MONOTONIC is one clock for every process here);
+"talking" how many "talk" answers are going on now.
 """
 import json
 import threading
@@ -76,6 +77,9 @@ class ScriptEngine(ChatEngine):
         elif cmd == "stops":
             with self.lock:
                 yield json.dumps(self.stops)
+        elif cmd == "talking":
+            with self.lock:
+                yield str(len(self.talking))
         elif cmd == "wait":
             time.sleep(float(args[0]))
             yield "done waiting"

@@ -356,3 +356,59 @@ def test_a_host_list_is_tried_in_order_and_the_hub_that_answered_is_tried_first(
                                        "password": "p"})
     with pytest.raises(WrongPasswordError):       # a refusal is not passed on to the next
         ConnectionPool(refusing, factory=ListedConnection).acquire(Session("s4"))
+
+
+class SlowConnection(FakeConnection):
+    """A connect that lasts until it is aborted (HubConnection.abort_connect), as a 4.x
+    hub's handshake does for a while."""
+
+    def __init__(self, config, session):
+        super().__init__(config, session)
+        import threading
+        self.started, self.aborted = threading.Event(), threading.Event()
+        self.error = None
+
+    def connect(self):
+        self.started.set()
+        if not self.aborted.wait(5):
+            return self
+        raise self.error
+
+    def abort_connect(self, error):
+        self.error = error
+        self.aborted.set()
+
+
+def test_a_connect_for_a_caller_who_gave_up_is_dropped_or_aborted():
+    """A front's caller who hangs up while its new conversation connects: a connect not begun
+    is never started, one in progress is aborted, and nothing is filed in the pool."""
+    import threading
+    from hivemind_chat_agent.client.abandonment import Abandonment, TurnAbandoned
+    FakeConnection.opened = []
+    config = ClientConfig.from_dict({"host": "127.0.0.1", "key": "k", "password": "p"})
+    pool = ConnectionPool(config, factory=SlowConnection, clock=Clock())
+    try:
+        gone = Abandonment()
+        gone.give_up()
+        with pytest.raises(TurnAbandoned):
+            pool.acquire(Session("never"), gone)
+        assert FakeConnection.opened == []                     # not even created
+        connecting = Abandonment()
+        failed = []
+
+        def acquire():
+            try:
+                pool.acquire(Session("aborted"), connecting)
+            except TurnAbandoned as e:
+                failed.append(e)
+        worker = threading.Thread(target=acquire)
+        worker.start()
+        deadline = time.monotonic() + 5
+        while not (FakeConnection.opened and FakeConnection.opened[0].started.is_set()):
+            assert time.monotonic() < deadline, "the connect never began"
+            time.sleep(0.01)
+        connecting.give_up()
+        worker.join(2)
+        assert failed and FakeConnection.opened[0].aborted.is_set() and len(pool) == 0
+    finally:
+        pool.close_all()

@@ -9,6 +9,7 @@ from ovos_utils.log import LOG
 
 from hivemind_chat_agent.client.config import ClientConfig
 from hivemind_chat_agent.background import off_loop
+from hivemind_chat_agent.client.abandonment import Abandonment
 from hivemind_chat_agent.client.chat_turn import ChatTurn
 from hivemind_chat_agent.client.connection import HubConnection
 from hivemind_chat_agent.client.turn_driver import TurnDriver, start_driver
@@ -107,16 +108,23 @@ class HiveMindChatAgent(ChatEngine):
                      site_id: Optional[str] = None) -> ChatTurn:
         """`begin()` for asyncio: the sending (and any wait for the session or the connection)
         happens on a thread of the turn's, never on the event loop."""
+        abandonment = Abandonment()      # cancelled before it is sent: never sent
+
         def send_then_drive(settle):
             try:
-                turn, driver = self._send(messages, session_id, lang, units, site_id)
+                turn, driver = self._send(messages, session_id, lang, units, site_id,
+                                          abandonment)
             except BaseException as e:
                 settle(None, e)
                 return
             driver.adopt()
             settle(turn, None)
             driver.run()
-        turn = await off_loop(send_then_drive, abandon=ChatTurn.terminate)
+        try:
+            turn = await off_loop(send_then_drive, abandon=ChatTurn.terminate)
+        except asyncio.CancelledError:
+            abandonment.give_up()
+            raise
         if callback is not None:
             turn.set_callback_func(callback)
         return turn
@@ -127,9 +135,12 @@ class HiveMindChatAgent(ChatEngine):
         started: List[ChatTurn] = []
         gave_up: List[bool] = []      # each side appends first, then reads the other's list
 
+        abandonment = Abandonment()
+
         def send_and_drive(settle):   # the whole turn on a worker: one wake-up of the loop
             try:
-                turn, driver = self._send(messages, session_id, lang, units)
+                turn, driver = self._send(messages, session_id, lang, units,
+                                          abandonment=abandonment)
             except BaseException as e:
                 settle(None, e)
                 return
@@ -143,6 +154,7 @@ class HiveMindChatAgent(ChatEngine):
             turn = await off_loop(send_and_drive)
         except asyncio.CancelledError:
             gave_up.append(True)
+            abandonment.give_up()
             for turn in started:      # the caller gave up on it: stop the hub's answer
                 turn.terminate()
             raise
@@ -234,8 +246,8 @@ class HiveMindChatAgent(ChatEngine):
         self.shutdown()
 
     # ---- one turn ----
-    def _send(self, messages, session_id, lang, units,
-              site_id: Optional[str] = None) -> Tuple[ChatTurn, TurnDriver]:
+    def _send(self, messages, session_id, lang, units, site_id: Optional[str] = None,
+              abandonment: Optional[Abandonment] = None) -> Tuple[ChatTurn, TurnDriver]:
         utterance = latest_user_utterance(messages)
         sid = self.sessions.resolve(session_id)
         slock = self._session_lock(sid)
@@ -248,7 +260,7 @@ class HiveMindChatAgent(ChatEngine):
             slock.lock.release()
             raise
         turn = driver.turn = ChatTurn(sid, utterance, lang or session.lang)
-        driver.send(session, utterance)    # gives everything back if it raises
+        driver.send(session, utterance, abandonment)    # gives everything back if it raises
         with self._locks_guard:
             self._running[sid] = turn
         driver.on_release = lambda: self._turn_ended(sid, turn)

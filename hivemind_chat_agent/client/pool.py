@@ -17,12 +17,14 @@ which the next connection sends in its HELLO and with every utterance.
 import threading
 import time
 from collections import OrderedDict
+from contextlib import nullcontext
 from typing import Callable, Dict, List, Optional, Set
 
 from ovos_bus_client.session import Session
 from ovos_utils.log import LOG
 
 from hivemind_chat_agent import background
+from hivemind_chat_agent.client.abandonment import Abandonment
 from hivemind_chat_agent.client.churn_gate import ChurnGate
 from hivemind_chat_agent.client.config import ClientConfig
 from hivemind_chat_agent.client.connection import CLOSE_ACKNOWLEDGED_WITHIN, HubConnection
@@ -64,19 +66,20 @@ class ConnectionPool:
                               max_in_flight=4 if config.churn_guard > 0 else 0)
         self.spares = Spares(config.spare_connections, self._open_spare, self._busy)
 
-    def acquire(self, session: Session) -> HubConnection:
+    def acquire(self, session: Session,
+                abandonment: Optional[Abandonment] = None) -> HubConnection:
         """The live connection for this session, connecting if needed, leased to the caller until
         `release()` (callers serialize per session, so two connects for one session never
-        race)."""
+        race). A connect for a caller that gave up (`abandonment`) is dropped or aborted."""
         if self._sharing is None:
             with self._first:
                 if self._sharing is None:
-                    return self._open(session, self._place_first)
+                    return self._open(session, self._place_first, abandonment)
         if self._sharing:
             conn = self._acquire_shared(session)
             if conn is not None:
                 return conn
-        return self._acquire_own(session)
+        return self._acquire_own(session, abandonment)
 
     def warm(self) -> None:
         """Connect before the first turn: a wrong key or a dead hub raises now, the pool learns
@@ -182,11 +185,13 @@ class ConnectionPool:
                                               name="hivemind-chat-retire"))
 
     def _open(self, session: Session,
-              place: Callable[[HubConnection, str], List[HubConnection]]) -> HubConnection:
+              place: Callable[[HubConnection, str], List[HubConnection]],
+              abandonment: Optional[Abandonment] = None) -> HubConnection:
         """Connect, then file the connection with `place` and lease it."""
-        return self._file(self._connect(session), session.session_id, place)
+        return self._file(self._connect(session, abandonment), session.session_id, place)
 
-    def _connect(self, session: Optional[Session]) -> HubConnection:
+    def _connect(self, session: Optional[Session],
+                 abandonment: Optional[Abandonment] = None) -> HubConnection:
         """A connected connection (None: a spare), apart from this agent's turns in flight.
         With several hubs in `host`: the one that answered last first, then the others in
         their order; a hub that cannot be reached (or does not finish its handshake) passes
@@ -195,7 +200,7 @@ class ConnectionPool:
         order = [self._preferred] + [i for i in range(hubs) if i != self._preferred]
         for attempt, index in enumerate(order):
             try:
-                conn = self._connect_to(self.config.with_hub(index), session)
+                conn = self._connect_to(self.config.with_hub(index), session, abandonment)
             except (HubUnreachableError, HandshakeTimeoutError) as e:
                 if attempt == len(order) - 1:
                     raise
@@ -205,15 +210,19 @@ class ConnectionPool:
             return conn
         raise AssertionError("unreachable")
 
-    def _connect_to(self, config: ClientConfig, session: Optional[Session]) -> HubConnection:
+    def _connect_to(self, config: ClientConfig, session: Optional[Session],
+                    abandonment: Optional[Abandonment] = None) -> HubConnection:
         with self.gate.change():
+            if abandonment is not None:
+                abandonment.check()             # gave up while waiting for the gate
             conn = self._factory(config, session)
             conn.acknowledge_changes = self.gate.max_wait > 0   # not relaxed (churn_gate.py)
             with self._lock:
                 self._check_open()
                 self._connecting.add(conn)      # so close_all() can end the connect at once
             try:
-                conn.connect()
+                with abandonment.connecting(conn) if abandonment is not None else nullcontext():
+                    conn.connect()
             finally:
                 with self._lock:
                     self._connecting.discard(conn)
@@ -259,7 +268,8 @@ class ConnectionPool:
             self.spares.refill_soon()
             return conn
 
-    def _acquire_own(self, session: Session) -> HubConnection:
+    def _acquire_own(self, session: Session,
+                     abandonment: Optional[Abandonment] = None) -> HubConnection:
         sid = session.session_id
         with self._lock:
             self._check_open()
@@ -272,7 +282,7 @@ class ConnectionPool:
                 del self._conns[sid]
         if conn is not None:
             self._close([conn])
-        return self._claim_spare(session) or self._open(session, self._place_own)
+        return self._claim_spare(session) or self._open(session, self._place_own, abandonment)
 
     def release(self, conn: HubConnection) -> None:
         """The caller's turn is over; the connection may be evicted or reaped again."""

@@ -15,6 +15,7 @@ from ovos_bus_client.session import Session
 from ovos_utils.log import LOG
 
 from hivemind_chat_agent import background
+from hivemind_chat_agent.client.abandonment import Abandonment
 
 from hivemind_chat_agent.client.chat_turn import ChatTurn
 from hivemind_chat_agent.client.carried_turns import TurnHandle
@@ -63,13 +64,17 @@ class TurnDriver:
         self._skip = 0
         self._last_end: Optional[Ended] = None
 
-    def send(self, session: Session, utterance: str) -> None:
-        """Lease a connection and send the utterance; on failure everything is given back
-        and the typed error raised."""
+    def send(self, session: Session, utterance: str,
+             abandonment: Optional[Abandonment] = None) -> None:
+        """Lease a connection and send the utterance, unless the caller gave up meanwhile
+        (`abandonment`: TurnAbandoned); on failure everything is given back and the typed
+        error raised."""
         agent = self.agent
         try:
-            self.conn = agent.pool.acquire(session)      # leased: eviction leaves it alone
+            self.conn = agent.pool.acquire(session, abandonment)   # leased: eviction spares it
             self._gate.enter_context(agent.pool.gate.turn())
+            if abandonment is not None:
+                abandonment.check()
             self._resend = (session, utterance, uuid.uuid4().hex)
             self.handle = self.conn.start_turn(session, utterance, self._resend[2],
                                                agent.settings.timeout)
