@@ -374,7 +374,7 @@ def main(argv=None) -> int:
             agent.shutdown()
     except ConfigurationError as e:
         out.error(e)
-        if not demo and not isinstance(e, MissingExtraError):
+        if not demo and not server and not isinstance(e, MissingExtraError):
             out.info("no hub at hand? `hivemind-chat demo` starts an embedded one")
         return 2
     except HiveMindChatError as e:
