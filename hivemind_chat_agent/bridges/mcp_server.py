@@ -18,7 +18,6 @@ Bearer key is required; each key its own conversations; deadlines and caps), and
 hangs up stops its turn. A hub failure is a tool error naming the hub and the failure, for the
 model to read (the agent's full message, which may quote addresses or paths, goes to the log).
 """
-import asyncio
 import uuid
 from collections import OrderedDict
 from typing import Any, Dict, Optional
@@ -186,6 +185,7 @@ def check_args(args) -> None:
 
 def serve_from_cli(args, out, config: Dict[str, Any]) -> int:
     from hivemind_chat_agent import background
+    from hivemind_chat_agent.bridges.cli_config import serve_until_interrupted
     from hivemind_chat_agent.bridges.openai_http import guard_from_cli, parse_uri
     from hivemind_chat_agent.client.agent import HiveMindChatAgent
     from hivemind_chat_agent.errors import ConfigurationError
@@ -199,21 +199,15 @@ def serve_from_cli(args, out, config: Dict[str, Any]) -> int:
     agent = HiveMindChatAgent({**config, "useragent": "hivemind-chat-mcp"})
     try:
         server = build_server(agent)
-        background.unblock_signals()
         if guard is None:
+            background.unblock_signals()
             server.run("stdio")
             return 0
         limits = http_front.limits_from(args)
         out.info(f"MCP server (streamable HTTP) on http://{host}:{port}{MCP_PATH}"
                  + (f"; {len(guard.keys)} API key(s)" if guard.keys
                     else "; no API key: loopback only"))
-        try:
-            asyncio.run(http_front.serve(http_app(server, guard, limits), host, port, limits,
-                                         lifespan="on"))
-        except OSError as e:
-            raise ConfigurationError(f"cannot listen on {args.http}: {e.strerror or e}") from None
-        except KeyboardInterrupt:
-            return 0
-        return 0
+        return serve_until_interrupted(http_front.serve(
+            http_app(server, guard, limits), host, port, limits, lifespan="on"), args.http)
     finally:
         agent.shutdown()

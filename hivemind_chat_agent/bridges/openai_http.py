@@ -3,7 +3,6 @@ OpenAIBridge, behind bridges/http_front's guard (Host, Origin, Content-Type and 
 before the body is read; bounded bodies; a caller who hangs up stops its turn), served by
 uvicorn with deadlines and connection caps, and the command line. Nothing here decides anything
 a test of the bridge could not see."""
-import asyncio
 import json
 import os
 from typing import Any, Dict, List, Optional, Tuple
@@ -161,7 +160,7 @@ def guard_from_cli(args, host: str, what: str) -> FrontGuard:
 
 
 def serve_from_cli(args, out, config: Dict[str, Any]) -> int:
-    from hivemind_chat_agent import background
+    from hivemind_chat_agent.bridges.cli_config import serve_until_interrupted
     from hivemind_chat_agent.client.agent import HiveMindChatAgent
     from hivemind_chat_agent.errors import ConfigurationError
     try:
@@ -174,14 +173,7 @@ def serve_from_cli(args, out, config: Dict[str, Any]) -> int:
         out.info(f"OpenAI-compatible API on {args.uri}/v1 (model \"hivemind-chat\")"
                  + (f"; {len(guard.keys)} API key(s)" if guard.keys
                     else "; no API key: loopback only"))
-        background.unblock_signals()
-        try:
-            asyncio.run(serve(OpenAIBridge(agent), host, port, guard,
-                              http_front.limits_from(args)))
-        except OSError as e:
-            raise ConfigurationError(f"cannot listen on {args.uri}: {e.strerror or e}") from None
-        except KeyboardInterrupt:
-            return 0
-        return 0
+        return serve_until_interrupted(serve(OpenAIBridge(agent), host, port, guard,
+                                             http_front.limits_from(args)), args.uri)
     finally:
         agent.shutdown()

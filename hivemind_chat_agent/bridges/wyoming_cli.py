@@ -2,7 +2,6 @@
 starts (an allow list beyond loopback: Wyoming has no authentication), and serving until
 Ctrl-C. bridges/cli.py reaches these through bridges/wyoming_server.py."""
 import argparse
-import asyncio
 from typing import Any, Dict, Tuple
 
 from hivemind_chat_agent.extras import require
@@ -100,10 +99,9 @@ def guard_for(args, turn_wait: float = 30.0):
 
 def serve_from_cli(args, out, config: Dict[str, Any]) -> int:
     """`hivemind-chat wyoming`: serve until Ctrl-C; `config` is the CLI's agent config."""
-    from hivemind_chat_agent import background
+    from hivemind_chat_agent.bridges.cli_config import serve_until_interrupted
     from hivemind_chat_agent.bridges.wyoming_bridge import WyomingBridge
     from hivemind_chat_agent.bridges.wyoming_server import run_server, turn_wait_of
-    from hivemind_chat_agent.errors import ConfigurationError
     require("wyoming", "hivemind-chat wyoming (Home Assistant's Wyoming Protocol)")
     from hivemind_chat_agent.client.agent import HiveMindChatAgent
     guard_for(args)                      # refused before the hub is dialled
@@ -120,15 +118,9 @@ def serve_from_cli(args, out, config: Dict[str, Any]) -> int:
         out.info(f"Wyoming conversation service on tcp://{host}:{port}, answering "
                  f"{guard.gate.allow.describe()}: in Home Assistant, add the Wyoming "
                  "Protocol integration with this host and port")
-        background.unblock_signals()
-        try:
-            asyncio.run(run_server(bridge, host, port, zeroconf=args.zeroconf, say=out.info,
-                                   warm=True, guard=guard))
-        except OSError as e:
-            raise ConfigurationError(f"cannot listen on {args.uri}: {e.strerror or e}") from None
-        except KeyboardInterrupt:
-            return 0
-        return 0
+        return serve_until_interrupted(run_server(
+            bridge, host, port, zeroconf=args.zeroconf, say=out.info, warm=True, guard=guard),
+            args.uri)
     finally:
         agent.shutdown()
 
