@@ -330,9 +330,11 @@ def test_mcp_on_any_loopback_address_checks_host_and_origin(creds):
             assert status == refused, attack
         status, _ = post(port, INITIALIZE, MCP_ACCEPT, path="/mcp", host="127.0.0.2")
         assert status == 200
+        for raw in (b"[" * 100000, b'{"a":' * 5000 + b"1" + b"}" * 5000, b"{broken"):
+            assert post(port, raw, MCP_ACCEPT, path="/mcp", host="127.0.0.2")[0] == 400
     finally:
         proc.terminate()
-        proc.wait(10)
+        assert b"Traceback" not in proc.communicate(timeout=10)[1]
 
 
 def test_mcp_off_loopback_needs_a_key_and_refuses_requests_without_it(creds):
