@@ -13,10 +13,10 @@ no session cap):
 A session beyond `max_sessions_per_client` (the least recently used) goes with its history, its
 Session and its finished turn records; a running record stays until its turn ends, for the same
 reason as below. A new turn record beyond `max_turn_records_per_client` makes room with the
-client's own oldest finished record, dropped as the turn before ends (off the next turn's
-path: one fewer is left, so that its claim fits); when every one is running, the claim is undone
-and refused (-1), and the plugin answers that turn "busy" rather than let a running turn be run
-twice.
+client's own oldest finished records, dropped as a turn ends (off the next turn's path: a
+sixteenth of the cap at a time, so that the next claims fit); when every one is running, the
+claim is undone and refused (-1), and the plugin answers that turn "busy" rather than let a
+running turn be run twice.
 """
 
 # shared by the scripts: ARGV[1] is the key prefix

@@ -20,8 +20,8 @@ its record claimed and counted) and one as it ends, after the answer (the exchan
 trimmed, the record done, the session marked the client's most recent); a third when the engine
 changed the Session. A client at one of its caps costs one script more (hub/redis_scripts.py),
 as a turn ends: a new session past `max_sessions_per_client`, or a client at
-`max_turn_records_per_client` (its oldest finished record goes, so the next claim fits); and as
-a turn begins when many of its turns run at once.
+`max_turn_records_per_client` (its oldest finished records go, a sixteenth of the cap, so that
+the next claims fit); and as a turn begins when many of its turns run at once.
 """
 import json
 import secrets
@@ -99,8 +99,9 @@ class RedisStore:
     def finish(self, session_id: str, turn_id: str, exchange: Exchange, sentences: List[str],
                earlier: List[Exchange], keep_exchange: bool, client: str = "") -> None:
         """The exchange kept and the record done; the session marked the client's most
-        recent (the least recently used beyond the cap evicted), and the client's oldest
-        finished record dropped when it is at its cap, so the next claim fits."""
+        recent (the least recently used beyond the cap evicted), and, when the client is at
+        its record cap, its oldest finished records dropped (a sixteenth of the cap, at least
+        one), so that the next claims fit without a script."""
         commands = []
         if keep_exchange and self.history_turns:
             commands += self._append(session_id, exchange, earlier)
@@ -119,9 +120,10 @@ class RedisStore:
         if cap:
             self._evict_if_over(replies[-3:], client, now)
             replies = replies[:-3]
-        if turn_id and replies[-1] >= self.max_turn_records_per_client:
-            self._script("MAKE_ROOM", [_turns(client)], [
-                self.max_turn_records_per_client - 1, int(TURN_RECORD_TTL), now, ""])
+        records = self.max_turn_records_per_client
+        if turn_id and replies[-1] >= records:  # room for the next claims: a script every
+            self._script("MAKE_ROOM", [_turns(client)], [   # records/16 turns, not every one
+                records - max(1, records // 16), int(TURN_RECORD_TTL), now, ""])
 
     def _touch(self, client: str, session_id: str) -> List[tuple]:
         """The commands that mark the session the client's most recent and count the client's
