@@ -1,7 +1,8 @@
 """core/front_guard: who may use an HTTP front, decided from headers alone (no I/O, a fake
 clock). The same checks run through the real servers in tests/test_front_security.py."""
 from hivemind_chat_agent.core.front_guard import (FailureThrottle, FrontGuard, InFlight, Keys,
-                                                  PeerConnections, host_name)
+                                                  host_name)
+from hivemind_chat_agent.core.peer_gate import Caps, PeerGate
 
 JSON = {"host": "127.0.0.1:8080", "content-type": "application/json"}
 
@@ -91,12 +92,13 @@ def test_requests_in_flight_and_connections_are_capped():
     assert guard.begin_turn("c") is None and guard.begin_turn("c").status == 429
     guard.end_turn("c")
     assert guard.begin_turn("c") is None
-    peers = PeerConnections(total=3, per_peer=2)
-    assert peers.admit("x") and peers.admit("x") and not peers.admit("x")
-    assert peers.admit("y") and not peers.admit("z")                 # the total
+    peers = PeerGate(allow=None, caps=Caps(connections=3, connections_per_peer=2))  # HTTP's
+    admitted = lambda peer: peers.admit(peer) is None                # noqa: E731
+    assert admitted("x") and admitted("x") and not admitted("x")
+    assert admitted("y") and not admitted("z")                       # the total
     peers.release("x")
     peers.release("nobody")                                          # harmless
-    assert peers.admit("z") and len(peers) == 3
+    assert admitted("z") and peers.open == 3
 
 
 def test_errors_to_clients_name_the_hub_and_the_failure_never_paths_headers_or_secrets():

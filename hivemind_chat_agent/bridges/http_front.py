@@ -20,7 +20,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Collection, Dict, Optional, Tuple
 
-from hivemind_chat_agent.core.front_guard import FrontGuard, PeerConnections, Refusal
+from hivemind_chat_agent.core.front_guard import FrontGuard, Refusal
+from hivemind_chat_agent.core.peer_gate import Caps, PeerGate
 
 LOG = logging.getLogger("hivemind_chat_agent.bridges.http_front")
 
@@ -181,7 +182,8 @@ def guarded_protocol(limits: Limits):
     """uvicorn's h11 protocol with the connection caps and read deadlines of `limits`."""
     import h11
     from uvicorn.protocols.http.h11_impl import H11Protocol
-    peers = PeerConnections(limits.max_connections, limits.max_per_peer)
+    peers = PeerGate(allow=None, caps=Caps(connections=limits.max_connections,
+                                           connections_per_peer=limits.max_per_peer))
 
     class GuardedH11Protocol(H11Protocol):
         _refused = True
@@ -190,7 +192,7 @@ def guarded_protocol(limits: Limits):
 
         def connection_made(self, transport) -> None:
             self._peer = str((transport.get_extra_info("peername") or ("?",))[0])
-            if not peers.admit(self._peer):
+            if peers.admit(self._peer) is not None:
                 LOG.debug(f"refused a connection from {self._peer}: over the cap")
                 transport.close()
                 return

@@ -148,36 +148,6 @@ class InFlight:
         return sum(self._count.values())
 
 
-class PeerConnections:
-    """Open connections, at most `total` in all and `per_peer` from one address: idle or slow
-    connections of one peer never take the descriptors another needs."""
-
-    def __init__(self, total: int, per_peer: int):
-        self.total, self.per_peer = total, per_peer
-        self._open: Dict[str, int] = {}
-        self._count = 0
-
-    def admit(self, peer: str) -> bool:
-        if self._count >= self.total or self._open.get(peer, 0) >= self.per_peer:
-            return False
-        self._open[peer] = self._open.get(peer, 0) + 1
-        self._count += 1
-        return True
-
-    def release(self, peer: str) -> None:
-        left = self._open.get(peer, 0) - 1
-        if left < 0:
-            return
-        self._count -= 1
-        if left:
-            self._open[peer] = left
-        else:
-            del self._open[peer]
-
-    def __len__(self) -> int:
-        return self._count
-
-
 class FrontGuard:
     """The checks above for one front. `bind_host`: the address it listens on (its name is an
     allowed Host); `allowed_hosts` / `allowed_origins`: what the operator added;

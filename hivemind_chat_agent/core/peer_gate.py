@@ -122,8 +122,9 @@ OVER_PEER = "over the per-peer connection cap"
 @dataclass
 class PeerGate:
     """Connections and turns in flight, counted per peer. `admit` at accept, `release` when
-    the connection ends; `try_begin_turn` / `end_turn` around each turn."""
-    allow: AllowList
+    the connection ends; `try_begin_turn` / `end_turn` around each turn. `allow` None: every
+    address may connect (a front whose requests carry keys: bridges/http_front.py)."""
+    allow: Optional[AllowList]
     caps: Caps = field(default_factory=Caps)
     open_by_peer: Counter = field(default_factory=Counter)
     turns_by_peer: Counter = field(default_factory=Counter)
@@ -136,7 +137,7 @@ class PeerGate:
     def admit(self, peer: str) -> Optional[str]:
         """None: the connection is counted and may be served. Else why it must be closed now
         (NOT_ALLOWED, OVER_TOTAL, OVER_PEER); it is not counted."""
-        if not self.allow.allows(peer):
+        if self.allow is not None and not self.allow.allows(peer):
             reason = NOT_ALLOWED
         elif self.open >= self.caps.connections:
             reason = OVER_TOTAL
