@@ -113,7 +113,7 @@ class RedisStore:
                          ("ZCARD", _turns(client))]
         cap, now = self._session_cap(client), time.time()
         if cap:
-            commands += self._touch(client, session_id)
+            commands += self._touch(client, session_id, now)
         if not commands:
             return
         replies = self._run(*commands)
@@ -125,10 +125,10 @@ class RedisStore:
             self._script("MAKE_ROOM", [_turns(client)], [   # records/16 turns, not every one
                 records - max(1, records // 16), int(TURN_RECORD_TTL), now, ""])
 
-    def _touch(self, client: str, session_id: str) -> List[tuple]:
+    def _touch(self, client: str, session_id: str, now: float) -> List[tuple]:
         """The commands that mark the session the client's most recent and count the client's
         sessions (ZADD's reply: 1 when it is new to the client's set)."""
-        return [("ZADD", _sessions(client), time.time(), session_id),
+        return [("ZADD", _sessions(client), now, session_id),
                 ("EXPIRE", _sessions(client), self._ttl), ("ZCARD", _sessions(client))]
 
     def _evict_if_over(self, replies: List[Any], client: str, now: float) -> None:
