@@ -21,7 +21,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 
 from hubs import HubProcess, free_port  # noqa: E402
-
 from ovos_utils.log import LOG  # noqa: E402
 
 LOG.set_level("ERROR")   # both sides pay for ovos logging otherwise; keep it equal and low

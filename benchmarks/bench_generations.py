@@ -33,8 +33,9 @@ from bench_hub import cpu_seconds, info, ms, row, run_graded, stock_hub  # noqa:
 
 bench_hub.GENERATION["value"] = "5"      # every hub here is of the current line
 
-from hivemind_chat_agent import HiveMindChatAgent  # noqa: E402
 from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole  # noqa: E402
+
+from hivemind_chat_agent import HiveMindChatAgent  # noqa: E402
 
 
 def ask(agent, session_id, text="hello"):

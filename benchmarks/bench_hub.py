@@ -45,11 +45,11 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 # ---------------------------------------------------------------------------------------------
 sys.path.insert(0, TESTS)
-from hubs import HubProcess, free_port  # noqa: E402
 import hub_venvs  # noqa: E402
+from hubs import HubProcess, free_port  # noqa: E402
+from ovos_utils.log import LOG  # noqa: E402
 
 from hivemind_chat_agent import HiveMindChatAgent  # noqa: E402
-from ovos_utils.log import LOG  # noqa: E402
 
 LOG.set_level("ERROR")   # the satellites' own logging is not what is measured (after the
                          # imports: importing hivemind_core re-inits LOG at INFO)

@@ -30,11 +30,11 @@ LOG.set_level("ERROR")
 
 from hivemind_bus_client.client import HiveMessageBusClient  # noqa: E402
 from hivemind_bus_client.message import HiveMessage, HiveMessageType  # noqa: E402
+from hubs import HubProcess  # noqa: E402
 from ovos_bus_client.message import Message  # noqa: E402
 from ovos_bus_client.session import Session  # noqa: E402
 
 from hivemind_chat_agent import HiveMindChatAgent, HiveMindChatError  # noqa: E402
-from hubs import HubProcess  # noqa: E402
 
 
 def rss_mb(pid: int) -> float:

@@ -29,9 +29,8 @@ sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 
 from hubs import HubProcess, free_port, wait_listening  # noqa: E402
-from report import Table, ms  # noqa: E402
-
 from ovos_utils.log import LOG  # noqa: E402
+from report import Table, ms  # noqa: E402
 
 LOG.set_level("ERROR")
 

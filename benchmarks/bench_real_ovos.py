@@ -33,10 +33,10 @@ sys.path.insert(0, os.path.join(HERE, ".."))
 
 from ovos_bus_client import MessageBusClient  # noqa: E402
 from ovos_bus_client.message import Message  # noqa: E402
+from ovos_hub import OVOSHub  # noqa: E402
 from ovos_utils.log import LOG  # noqa: E402
 
 from hivemind_chat_agent import HiveMindChatAgent  # noqa: E402
-from ovos_hub import OVOSHub  # noqa: E402
 
 
 class BusSatellite:

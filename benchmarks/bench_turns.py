@@ -24,9 +24,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 
 from hubs import HubProcess, plugin_config  # noqa: E402
-from report import Table, ms  # noqa: E402
-
 from ovos_utils.log import LOG  # noqa: E402
+from report import Table, ms  # noqa: E402
 
 LOG.set_level("ERROR")
 

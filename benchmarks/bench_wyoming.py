@@ -24,9 +24,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 
 from hubs import HubProcess, free_port, plugin_config  # noqa: E402
-from report import Table, ms  # noqa: E402
-
 from ovos_utils.log import LOG  # noqa: E402
+from report import Table, ms  # noqa: E402
 
 LOG.set_level("ERROR")
 
@@ -36,7 +35,6 @@ from wyoming.handle import Handled, NotHandled  # noqa: E402
 
 from hivemind_chat_agent import HiveMindChatAgent  # noqa: E402
 from hivemind_chat_agent.bridges.wyoming_server import WyomingBridge, run_server  # noqa: E402
-
 
 TABLE = Table((46, 14, 34, 16))
 row = TABLE.row

@@ -46,14 +46,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 sys.path.insert(0, os.path.join(HERE, ".."))
 
+from hubs import HubProcess  # noqa: E402
+from ovos_bus_client.session import SessionManager  # noqa: E402
+from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole  # noqa: E402
 from ovos_utils.log import LOG  # noqa: E402
 
-from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole  # noqa: E402
-
-from ovos_bus_client.session import SessionManager  # noqa: E402
-
 from hivemind_chat_agent import HiveMindChatAgent  # noqa: E402
-from hubs import HubProcess  # noqa: E402
 
 SID = "soak-{}"
 

@@ -123,8 +123,7 @@ def without_registering(session_id: str) -> Iterator[None]:
 
 def _registry_lock():
     from ovos_bus_client.session import SessionManager
-    return getattr(SessionManager, "_lock", None) or getattr(SessionManager,
-                                                             "_SessionManager__lock")
+    return getattr(SessionManager, "_lock", None) or SessionManager._SessionManager__lock
 
 
 def register_session(sess: Any) -> Any:

@@ -11,7 +11,6 @@ from hubs import GENERATIONS, HubProcess  # noqa: E402
 
 from hivemind_chat_agent import HiveMindChatAgent  # noqa: E402
 
-
 # fixtures that start a real hub, an OVOS stack or a venv: a test that uses one is a `hub` test
 HUB_FIXTURES = {"generation", "hub", "creds", "own_hub", "chat_hub", "sat_a", "sat_b", "hub5",
                 "ovos", "ovos_creds", "stop_hub", "proxy", "served", "persona", "stable_ovos",
@@ -32,9 +31,10 @@ def only_hub_tests_start_hubs(request, monkeypatch):
     a hub or a server (redis-server, haproxy) fails, naming the mark it needs."""
     if request.node.get_closest_marker("hub") is not None:
         return
-    from hivemind_chat_agent.bridges.local_hub import LocalHub
     from ovos_hub import OVOSHub
     from servers import ServerProcess
+
+    from hivemind_chat_agent.bridges.local_hub import LocalHub
 
     def refuse(*_args, **_kwargs):
         raise RuntimeError(f"{request.node.nodeid} starts a hub: mark it @pytest.mark.hub")

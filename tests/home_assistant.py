@@ -8,12 +8,12 @@ import socket
 import threading
 import time
 
+from hubs import free_port
 from wyoming.asr import Transcript
 from wyoming.client import AsyncTcpClient
 from wyoming.handle import Handled, NotHandled
 from wyoming.info import Describe, Info
 
-from hubs import free_port
 from hivemind_chat_agent.bridges.wyoming_server import WyomingBridge, run_server
 
 

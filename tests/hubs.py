@@ -20,7 +20,11 @@ import tempfile
 import threading
 import time
 
-from hivemind_chat_agent.bridges.local_hub import HubCredentials, hub_environment, write_server_config
+from hivemind_chat_agent.bridges.local_hub import (
+    HubCredentials,
+    hub_environment,
+    write_server_config,
+)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)

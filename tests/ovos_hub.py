@@ -274,8 +274,9 @@ class OVOSHub:
     def add_client(self, name=None, allow=None):
         """Register a client with hivemind-core's own CLI, as an operator would; `allow` as in
         tests/hubs.py (default: on 5.x the client may send hubs.CLIENT_TOPICS)."""
-        from hivemind_chat_agent.bridges.local_hub import HubCredentials
         from hubs import register_client
+
+        from hivemind_chat_agent.bridges.local_hub import HubCredentials
         name, key, password, _ = register_client(self._bin("hivemind-core"), self.env,
                                                  self.generation, name, allow=allow)
         return HubCredentials("127.0.0.1", self.port, key, password, name)

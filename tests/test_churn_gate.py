@@ -4,6 +4,7 @@ as another thread would."""
 from contextlib import ExitStack
 
 from fake_clock import FakeClock
+
 from hivemind_chat_agent.client.churn_gate import ChurnGate
 
 

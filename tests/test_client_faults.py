@@ -4,15 +4,22 @@ import threading
 import time
 
 import pytest
+from conftest import agent_threads
 from hivemind_bus_client.message import HiveMessage, HiveMessageType
+from hubs import free_port
 from ovos_bus_client.message import Message
 from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
 
-from conftest import agent_threads
-from hubs import free_port
-from hivemind_chat_agent import (AccessKeyRejectedError, AgentClosedError, ConnectionLostError,
-                                 HandshakeTimeoutError, HiveMindChatAgent, HiveMindChatError,
-                                 HubUnreachableError, WrongPasswordError)
+from hivemind_chat_agent import (
+    AccessKeyRejectedError,
+    AgentClosedError,
+    ConnectionLostError,
+    HandshakeTimeoutError,
+    HiveMindChatAgent,
+    HiveMindChatError,
+    HubUnreachableError,
+    WrongPasswordError,
+)
 
 
 def test_wrong_access_key_fails_fast_and_stops_trying(hub, make_agent):
@@ -51,6 +58,7 @@ def test_hub_down_fails_within_connect_timeout(make_agent):
 def test_a_server_that_never_handshakes_is_a_handshake_timeout(make_agent):
     """A websocket server on the hub's port that accepts and then says nothing."""
     import asyncio
+
     from tornado.ioloop import IOLoop
     from tornado.netutil import bind_sockets
     from tornado.web import Application
@@ -122,10 +130,11 @@ def test_shutdown_during_a_turn_ends_it_and_refuses_more(creds):
 
 
 def test_bus_messages_are_never_sent_before_the_key_exists(creds):
+    from ovos_bus_client.session import Session
+
     from hivemind_chat_agent.client.config import ClientConfig
     from hivemind_chat_agent.client.connection import HubConnection
     from hivemind_chat_agent.client.session_book import SessionBook
-    from ovos_bus_client.session import Session
     from hivemind_chat_agent.client.transport import open_transport
     config = ClientConfig.from_dict(creds.agent_config())
     owner = HubConnection(config, Session("plain"), SessionBook("plain"))

@@ -3,10 +3,10 @@ import threading
 import time
 
 import pytest
+from conftest import agent_threads
 from ovos_plugin_manager.agents import load_chat_plugin
 from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
 
-from conftest import agent_threads
 from hivemind_chat_agent import HiveMindChatAgent, TurnTimeoutError
 from hivemind_chat_agent.client.config import default_session_id_for
 

@@ -6,10 +6,14 @@ import threading
 import time
 
 import pytest
-
 from hubs import HubProcess
-from hivemind_chat_agent import (AccessKeyRejectedError, ClientKeyRefusedError,
-                                 PolicyDeniedError, WrongPasswordError)
+
+from hivemind_chat_agent import (
+    AccessKeyRejectedError,
+    ClientKeyRefusedError,
+    PolicyDeniedError,
+    WrongPasswordError,
+)
 
 LEGACY, CURRENT, AUDIO_END = ("recognizer_loop:utterance", "ovos.utterance.handle",
                               "recognizer_loop:audio_output_end")

@@ -4,10 +4,13 @@ import ctypes
 import os
 
 import pytest
-
 from hivemind_bus_client import encryption
-from hivemind_bus_client.encryption import (SupportedCiphers, SupportedEncodings,
-                                            decrypt_from_json, encrypt_as_json)
+from hivemind_bus_client.encryption import (
+    SupportedCiphers,
+    SupportedEncodings,
+    decrypt_from_json,
+    encrypt_as_json,
+)
 
 from hivemind_chat_agent import compat
 
@@ -52,6 +55,7 @@ def heap_kept_by_round_trips(encoding, frames: int = 40) -> int:
 def c_codecs():
     """z85base91's C-backed classes, as a peer without our fix uses them."""
     import importlib
+
     import z85base91
     fresh = importlib.reload(z85base91)   # its module body builds the C classes anew
     codecs = {"B91": fresh.B91, "Z85B": fresh.Z85B, "Z85P": fresh.Z85P}

@@ -4,6 +4,7 @@ connection's shell fed as its transport feeds it, over a real in-memory Noise ha
 import threading
 
 import pytest
+from fake_clock import FakeClock
 from hivemind_bus_client.message import HiveMessage, HiveMessageType
 from ovos_bus_client.message import Message
 from ovos_bus_client.session import Session
@@ -11,11 +12,10 @@ from ovos_bus_client.session import Session
 from hivemind_chat_agent.client.carried_turns import CarriedTurns
 from hivemind_chat_agent.client.config import ClientConfig
 from hivemind_chat_agent.client.connection import HubConnection
-from hivemind_chat_agent.core.replies import parse_reply
-from hivemind_chat_agent.core.protocol_names import TURN_TAG_KEY
 from hivemind_chat_agent.client.session_book import SessionBook
+from hivemind_chat_agent.core.protocol_names import TURN_TAG_KEY
+from hivemind_chat_agent.core.replies import parse_reply
 from hivemind_chat_agent.core.turns import Sentence
-from fake_clock import FakeClock
 
 
 class Carried:
@@ -105,6 +105,7 @@ def test_the_audio_end_is_repeated_at_growing_gaps_until_the_turn_ends():
     wait_while_speaking checks, then listens): repeats while the turn is open cover a late
     listener, once per session however many sentences came, and stop once the turn is over."""
     from fake_clock import FakeClock
+
     from hivemind_chat_agent.client.satellite_reports import SatelliteReports
     from hivemind_chat_agent.compat import register_session
     clock, sent, open_turns = FakeClock(), [], {"mine"}

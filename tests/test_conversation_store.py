@@ -7,16 +7,16 @@ import time
 from types import SimpleNamespace
 
 import pytest
+from engines import ScriptEngine
 from ovos_bus_client.message import Message
 from ovos_bus_client.session import SessionManager
+from servers import RedisServer
 
-from engines import ScriptEngine
 from hivemind_chat_agent import ChatAgentProtocol
 from hivemind_chat_agent.core.protocol_names import TURN_TAG_KEY
 from hivemind_chat_agent.core.transcript import ANSWERED, Exchange
 from hivemind_chat_agent.errors import ConfigurationError, ConversationStoreError
 from hivemind_chat_agent.hub.stores import open_store
-from servers import RedisServer
 
 
 class Satellite:
@@ -185,6 +185,7 @@ def test_a_turn_id_still_running_elsewhere_is_waited_for_not_run_again(replicas)
 def test_a_turn_whose_owner_died_is_taken_over_and_run_again(replicas, redis_server):
     """A record left 'running' by a replica that is gone (its alive key lapsed)."""
     import redis
+
     from hivemind_chat_agent.hub.conversation_store import RUNNING, TurnRecord, record_to_json
     b = replicas()
     b.ask("hello")                             # the engine session id of this satellite
@@ -261,9 +262,10 @@ def test_a_turn_that_finds_all_its_clients_records_running_is_answered_busy(tmp_
 
 def test_a_client_over_its_cap_drops_its_own_oldest_finished_record_or_refuses_the_turn():
     from fake_clock import FakeClock
+
+    from hivemind_chat_agent.errors import HubBusyError
     from hivemind_chat_agent.hub.conversation_store import DONE, RUNNING
     from hivemind_chat_agent.hub.turn_table import TurnRecordsFull, TurnRecordTable
-    from hivemind_chat_agent.errors import HubBusyError
     clock = FakeClock()
     table = TurnRecordTable(3, ttl=600, now=clock.now)
     assert table.claim("a", "s", "t1") is None

@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 from hubs import HubProcess
+
 from hivemind_chat_agent import HiveMindChatAgent
 
 CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "config")

@@ -5,14 +5,19 @@ import logging
 import time
 
 import pytest
+from conftest import agent_threads
+from fault_proxy import FaultProxy
 from ovos_bus_client.session import SessionManager
 from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
 
-from conftest import agent_threads
-from fault_proxy import FaultProxy
-from hivemind_chat_agent import (AuthenticationError, ConnectionLostError,
-                                 HandshakeTimeoutError, HiveMindChatError, HubUnreachableError,
-                                 TurnTimeoutError)
+from hivemind_chat_agent import (
+    AuthenticationError,
+    ConnectionLostError,
+    HandshakeTimeoutError,
+    HiveMindChatError,
+    HubUnreachableError,
+    TurnTimeoutError,
+)
 from hivemind_chat_agent.client.connection import HubConnection
 from hivemind_chat_agent.core.protocol_names import TURN_TAG_KEY
 

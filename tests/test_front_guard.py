@@ -1,7 +1,12 @@
 """core/front_guard: who may use an HTTP front, decided from headers alone (no I/O, a fake
 clock). The same checks run through the real servers in tests/test_front_security.py."""
-from hivemind_chat_agent.core.front_guard import (FailureThrottle, FrontGuard, InFlight, Keys,
-                                                  host_name)
+from hivemind_chat_agent.core.front_guard import (
+    FailureThrottle,
+    FrontGuard,
+    InFlight,
+    Keys,
+    host_name,
+)
 from hivemind_chat_agent.core.peer_gate import Caps, PeerGate
 
 JSON = {"host": "127.0.0.1:8080", "content-type": "application/json"}
@@ -103,8 +108,12 @@ def test_requests_in_flight_and_connections_are_capped():
 
 def test_errors_to_clients_name_the_hub_and_the_failure_never_paths_headers_or_secrets():
     from hivemind_chat_agent.bridges.openai_server import hub_error
-    from hivemind_chat_agent.errors import (ConnectionLostError, HubKeyChangedError,
-                                            HubUnreachableError, TurnTimeoutError)
+    from hivemind_chat_agent.errors import (
+        ConnectionLostError,
+        HubKeyChangedError,
+        HubUnreachableError,
+        TurnTimeoutError,
+    )
     leaky = [HubKeyChangedError("the hub's key is not the one pinned in "
                                 "/root/.config/hivemind/hivemind-chat-agent/hubs.json"),
              HubUnreachableError("the hub answered HTTP 502: Server: nginx/1.2\r\n"

@@ -11,9 +11,9 @@ import time
 
 import openai
 import pytest
-
 from hubs import HubProcess, free_port, plugin_config, wait_listening
 from test_openai_server import Server, say, served  # noqa: F401 (a fixture)
+
 from hivemind_chat_agent.bridges.http_front import Limits
 
 CLI = os.path.join(os.path.dirname(sys.executable), "hivemind-chat")
@@ -359,6 +359,7 @@ def test_mcp_off_loopback_needs_a_key_and_refuses_requests_without_it(creds):
 def _ask_with_key(port, key):
     """The SDK's own client, with the key, asks; a name past the bound is a tool error."""
     import asyncio
+
     from mcp import Client
     from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
 

@@ -6,23 +6,37 @@ import threading
 
 import pytest
 from hivemind_bus_client.message import HiveMessage, HiveMessageType
-from hivemind_bus_client.noise import (NoiseTransport, build_prologue, canonical_json,
-                                       noise_protocol_name, start_noise_handshake)
+from hivemind_bus_client.noise import (
+    NoiseTransport,
+    build_prologue,
+    canonical_json,
+    noise_protocol_name,
+    start_noise_handshake,
+)
 from ovos_bus_client.message import Message
 from poorman_handshake import PasswordHandShake
 
 from hivemind_chat_agent.client.noise_keys import NoiseKeyring, cached_psk
-from hivemind_chat_agent.core.frames import Verdict, open_frame
 from hivemind_chat_agent.core.exchange import ExchangeInputs
+from hivemind_chat_agent.core.frames import Verdict, open_frame
 from hivemind_chat_agent.core.handshake import choose
 from hivemind_chat_agent.core.handshake_noise import NoiseExchange
 from hivemind_chat_agent.core.handshake_password import PasswordExchange
-from hivemind_chat_agent.core.refusals import (UtteranceTopic, denial_error, read_denial,
-                                               refusal_from_close)
-from hivemind_chat_agent.errors import (AccessKeyRejectedError, AuthenticationError,
-                                        ClientKeyRefusedError, HubKeyChangedError,
-                                        PolicyDeniedError, UnsupportedHubError,
-                                        WrongPasswordError)
+from hivemind_chat_agent.core.refusals import (
+    UtteranceTopic,
+    denial_error,
+    read_denial,
+    refusal_from_close,
+)
+from hivemind_chat_agent.errors import (
+    AccessKeyRejectedError,
+    AuthenticationError,
+    ClientKeyRefusedError,
+    HubKeyChangedError,
+    PolicyDeniedError,
+    UnsupportedHubError,
+    WrongPasswordError,
+)
 
 PASSWORD = "correct horse battery staple"
 HELLO_5 = {"pubkey": "ab" * 16, "peer": "x::1::y::s", "node_id": "hub-node-1"}
@@ -248,9 +262,13 @@ def test_yes_no_config_keys_read_strings_as_people_mean_them():
 
 
 def test_a_denial_plan_retries_refuses_or_leaves_turns_to_their_timeout():
-    from hivemind_chat_agent.core.refusals import (ACL_DENIED, CURRENT_UTTERANCE_TYPE,
-                                                   UTTERANCE_TOPICS, UtteranceTopic,
-                                                   plan_denial)
+    from hivemind_chat_agent.core.refusals import (
+        ACL_DENIED,
+        CURRENT_UTTERANCE_TYPE,
+        UTTERANCE_TOPICS,
+        UtteranceTopic,
+        plan_denial,
+    )
     legacy = UTTERANCE_TOPICS[0]
     plan = plan_denial(legacy, ACL_DENIED, "no", {}, 3, UtteranceTopic())
     assert plan.retry == CURRENT_UTTERANCE_TYPE and plan.refuse is None

@@ -10,14 +10,14 @@ import threading
 import time
 
 import pytest
-from ovos_bus_client.message import Message
-
 from conftest import hub_generations
 from hubs import HubProcess, plugin_config
+from ovos_bus_client.message import Message
+from test_hub_protocol import HUB_GENERATIONS, RawSatellite, send_raw
+
 from hivemind_chat_agent import HiveMindChatAgent, IdentifierTooLongError
 from hivemind_chat_agent.core.limits import MAX_ID_BYTES
 from hivemind_chat_agent.core.protocol_names import TURN_TAG_KEY
-from test_hub_protocol import HUB_GENERATIONS, RawSatellite, send_raw
 
 LONGEST_LOG_LINE = 2000     # characters: far below any of the ids sent here
 HUGE = 200_000              # characters of the oversized ids (a 3 MB one did the damage)

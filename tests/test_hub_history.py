@@ -3,7 +3,6 @@ the real `hivemind-core listen` of both generations, with genuine satellites."""
 import json
 
 import pytest
-
 from hubs import HubProcess, plugin_config
 
 pytestmark = pytest.mark.hub

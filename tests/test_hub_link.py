@@ -4,13 +4,17 @@ socket, no thread, no sleep."""
 import pytest
 from hivemind_bus_client.message import HiveMessage, HiveMessageType
 from ovos_bus_client.message import Message
+from test_handshakes import HELLO_5, OFFER_5, NoiseHub, inputs
 
 from hivemind_chat_agent.core.frames import Opened, Verdict
 from hivemind_chat_agent.core.hub_link import HubLink, LinkState
 from hivemind_chat_agent.core.turns import EndReason
-from hivemind_chat_agent.errors import (ClientKeyRefusedError, ConnectionLostError,
-                                        HubUnreachableError, WrongPasswordError)
-from test_handshakes import HELLO_5, OFFER_5, NoiseHub, inputs
+from hivemind_chat_agent.errors import (
+    ClientKeyRefusedError,
+    ConnectionLostError,
+    HubUnreachableError,
+    WrongPasswordError,
+)
 
 SESSION = {"session_id": "kitchen", "lang": "en-US", "active_skills": [["a", 1]],
            "site_id": "hall"}

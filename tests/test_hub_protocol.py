@@ -18,18 +18,16 @@ import pytest
 from hivemind_bus_client.client import HiveMessageBusClient
 from hivemind_bus_client.identity import NodeIdentity
 from hivemind_plugin_manager import AgentProtocolFactory
+from hubs import GENERATIONS, HubProcess, plugin_config
 from json_database import JsonStorage
-from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
 from ovos_bus_client.message import Message
 from ovos_bus_client.session import Session
+from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
 
-from hubs import GENERATIONS, HubProcess, plugin_config
-from hivemind_chat_agent import (ChatAgentProtocol, HiveMindChatAgent, HubBusyError,
-                                 HubEngineError)
-from hivemind_chat_agent.errors import ConfigurationError
+from hivemind_chat_agent import ChatAgentProtocol, HiveMindChatAgent, HubBusyError, HubEngineError
 from hivemind_chat_agent.core.satellites import engine_session_id
+from hivemind_chat_agent.errors import ConfigurationError
 from hivemind_chat_agent.hub.secret import hub_secret
-
 
 LOCAL_GENERATION = "4.0" if importlib.metadata.version("hivemind-core").startswith("4.") \
     else "5"
@@ -477,6 +475,7 @@ def test_a_satellite_that_knows_only_the_access_key_gets_nothing(chat_hub):
     connection that skips the handshake still reaches the agent protocol. We answer nothing."""
     import base64
     import json as _json
+
     import websocket
     creds = chat_hub.add_client(name="key-only")
     auth = base64.b64encode(f"intruder:{creds.key}".encode()).decode()
@@ -538,9 +537,10 @@ def test_a_re_hello_storm_releases_every_session_at_disconnect():
     """Each HELLO renames the connection in hivemind-core (name::session); the disconnect names
     only the last one. Every session the connection used is released all the same, and while
     it lives the key keeps at most max_sessions_per_client of them."""
+    from engines import ScriptEngine
     from hivemind_bus_client.message import HiveMessage, HiveMessageType
     from ovos_bus_client.session import SessionManager
-    from engines import ScriptEngine
+
     from hivemind_chat_agent.bridges.local_hub import LocalHub
     protocol = ChatAgentProtocol(config={"engine": "engines:ScriptEngine",
                                          "max_sessions_per_client": 25},

@@ -7,13 +7,12 @@ import json
 import time
 
 import pytest
-from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
-
+from hubs import HubProcess, plugin_config
 from ovos_bus_client.message import Message
 from ovos_bus_client.session import Session
-
-from hubs import HubProcess, plugin_config
+from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
 from test_hub_protocol import HUB_GENERATIONS, RawSatellite
+
 from hivemind_chat_agent import HiveMindChatAgent, HubEngineError, TurnStatus
 
 

@@ -8,10 +8,10 @@ import time
 from types import SimpleNamespace
 
 import pytest
+from fake_clock import FakeClock
 from ovos_bus_client.message import Message
 from ovos_plugin_manager.templates.agents import AgentMessage, ChatEngine, MessageRole
 
-from fake_clock import FakeClock
 from hivemind_chat_agent import ChatAgentProtocol
 
 

@@ -188,10 +188,11 @@ def test_protocol_repr_never_shows_a_relays_upstream_credentials():
 def test_the_agent_bus_never_writes_sessions():
     """FakeBus stored every emitted message's Session under the satellite's declared id: a
     satellite could overwrite another's engine Session. The plugin's bus does nothing of that."""
+    from engines import ScriptEngine
     from ovos_bus_client.message import Message
     from ovos_bus_client.session import SessionManager
+
     from hivemind_chat_agent import ChatAgentProtocol
-    from engines import ScriptEngine
     protocol = ChatAgentProtocol(config={"engine": "engines:ScriptEngine"},
                                  engine=ScriptEngine())
     try:
@@ -214,6 +215,7 @@ def test_failed_writes_to_a_vanished_satellite_are_consumed():
     import asyncio
     import gc
     import logging
+
     from hivemind_chat_agent.hub.link_v4 import write_frame
 
     class Handler:

@@ -15,10 +15,9 @@ if importlib.metadata.version("hivemind-core").startswith("4."):
 from hivemind_bus_client.client import HiveMessageBusClient  # noqa: E402
 from hivemind_bus_client.identity import NodeIdentity  # noqa: E402
 from hivemind_bus_client.message import HiveMessage, HiveMessageType  # noqa: E402
+from hubs import HubProcess  # noqa: E402
 from json_database import JsonStorage  # noqa: E402
 from ovos_bus_client.message import Message  # noqa: E402
-
-from hubs import HubProcess  # noqa: E402
 
 PLUGIN = {"module": "hivemind-chat-agent-plugin",
           "hivemind-chat-agent-plugin": {"engine": "engines:ScriptEngine", "timeout": 2.5}}
@@ -133,6 +132,7 @@ def test_sessions_are_released_when_the_connection_closes(identity_home):
     used is released (no hive.client.disconnect handler is needed)."""
     from engines import ScriptEngine
     from ovos_bus_client.session import SessionManager
+
     from hivemind_chat_agent import ChatAgentProtocol
     from hivemind_chat_agent.bridges.local_hub import LocalHub
     protocol = ChatAgentProtocol(config={"engine": "engines:ScriptEngine"},
@@ -162,6 +162,7 @@ def test_plain_frames_never_reach_the_plugin(hub):
     first clear frame: the plugin never sees it (on 4.0 the plugin itself refuses it)."""
     import base64
     import json
+
     import websocket
     creds = hub.add_client(name="key-only")
     auth = base64.b64encode(f"intruder:{creds.key}".encode()).decode()

@@ -21,9 +21,8 @@ import subprocess
 import sys
 import textwrap
 
-import pytest
-
 import hub_venvs
+import pytest
 from hubs import HubProcess, plugin_config
 
 pytestmark = pytest.mark.hub
@@ -178,8 +177,9 @@ def test_a_4_0_hub_takes_the_plugin_with_no_deps_and_keeps_its_pins(wheel, tmp_p
     hub = HubProcess(plugin_config(), generation="4.0", installed_in=hub_env.venv).start()
     try:
         creds = hub.add_client()
-        from hivemind_chat_agent import HiveMindChatAgent
         from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
+
+        from hivemind_chat_agent import HiveMindChatAgent
         agent = HiveMindChatAgent(creds.agent_config(timeout=20))
         try:
             answer = agent.continue_chat([AgentMessage(MessageRole.USER, "hello")], "s1")

@@ -6,9 +6,8 @@ import os
 import subprocess
 import sys
 
-from mcp import Client, StdioServerParameters
-
 from hubs import free_port, wait_listening
+from mcp import Client, StdioServerParameters
 
 CLI = os.path.join(os.path.dirname(sys.executable), "hivemind-chat")
 

@@ -5,8 +5,8 @@ import threading
 
 import openai
 import pytest
-
 from hubs import free_port, wait_listening
+
 from hivemind_chat_agent.bridges.http_front import Limits
 from hivemind_chat_agent.bridges.openai_http import check_exposure, serve
 from hivemind_chat_agent.bridges.openai_server import OpenAIBridge

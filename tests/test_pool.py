@@ -5,8 +5,8 @@ import pytest
 from ovos_bus_client.session import Session
 
 from hivemind_chat_agent.client.config import ClientConfig
-from hivemind_chat_agent.errors import AgentClosedError
 from hivemind_chat_agent.client.pool import ConnectionPool
+from hivemind_chat_agent.errors import AgentClosedError
 
 
 class FakeConnection:
@@ -383,6 +383,7 @@ def test_a_connect_for_a_caller_who_gave_up_is_dropped_or_aborted():
     """A front's caller who hangs up while its new conversation connects: a connect not begun
     is never started, one in progress is aborted, and nothing is filed in the pool."""
     import threading
+
     from hivemind_chat_agent.client.abandonment import Abandonment, TurnAbandoned
     FakeConnection.opened = []
     config = ClientConfig.from_dict({"host": "127.0.0.1", "key": "k", "password": "p"})

@@ -15,11 +15,9 @@ import threading
 import time
 
 import pytest
-
 from ovos_hub import RESPONSE_WINDOW, OVOSHub
 
 from hivemind_chat_agent import HiveMindChatAgent
-
 from hivemind_chat_agent.bridges.cli import main as cli_main  # noqa: F401  (the CLI imports cleanly)
 
 
@@ -276,8 +274,8 @@ def test_home_assistant_through_wyoming_greets_and_asks_over_two_transcripts(ovo
     """Assist's turns as Home Assistant sends them (one connection each): a skill's question is
     answered by the next transcript of that conversation, and another conversation meanwhile
     is its own session."""
-    from wyoming.handle import Handled
     from home_assistant import Server, turn
+    from wyoming.handle import Handled
     server = Server(make_agent(ovos_creds.agent_config(timeout=30)))
     try:
         hello = turn(server.port, "hello world", conversation_id="ha-greet")

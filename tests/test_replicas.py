@@ -10,11 +10,11 @@ import pytest
 from hivemind_bus_client.client import HiveMessageBusClient
 from ovos_bus_client.message import Message
 from ovos_bus_client.session import Session
+from replicas import ReplicaSet
+from test_hub_protocol import satellite_identity
 
 from hivemind_chat_agent import HiveMindChatAgent
 from hivemind_chat_agent.errors import HiveMindChatError
-from replicas import ReplicaSet
-from test_hub_protocol import satellite_identity
 
 pytestmark = pytest.mark.hub
 

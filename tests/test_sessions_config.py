@@ -3,8 +3,8 @@ import pytest
 from ovos_bus_client.session import Session, SessionManager
 
 from hivemind_chat_agent.client.config import ClientConfig, default_session_id_for
-from hivemind_chat_agent.errors import ConfigurationError
 from hivemind_chat_agent.client.session_book import SessionBook
+from hivemind_chat_agent.errors import ConfigurationError
 
 BASE = {"host": "127.0.0.1", "key": "k" * 32, "password": "p" * 32}
 
@@ -107,6 +107,7 @@ def test_store_continues_a_conversation_in_a_new_process_and_is_private_per_clie
 def test_store_is_bounded_in_count_and_age(tmp_path):
     import os
     import time
+
     from hivemind_chat_agent.client.session_store import SessionStore
     store = SessionStore(str(tmp_path), "h", 1, "k", max_sessions=5, ttl=3600)
     for i in range(12):

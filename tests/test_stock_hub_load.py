@@ -10,10 +10,10 @@ size during iteration"). Before the agent waited for the hub to act on its HELLO
 this sequence, and turns went on being lost after them.
 """
 import pytest
-
 from home_assistant import Server, load_phases
-from hivemind_chat_agent import HiveMindChatAgent
 from stock_hub import StockOVOSHub
+
+from hivemind_chat_agent import HiveMindChatAgent
 
 pytestmark = pytest.mark.hub
 RACES = ("dictionary changed size", "AssertionError", "Uncaught exception")

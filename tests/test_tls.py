@@ -22,12 +22,15 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
-
 from hubs import HubProcess, plugin_config
+
 from hivemind_chat_agent.bridges.local_hub import hub_environment
 from hivemind_chat_agent.client.config import ClientConfig
-from hivemind_chat_agent.errors import (ConfigurationError, HubCertificateChangedError,
-                                        HubCertificateError)
+from hivemind_chat_agent.errors import (
+    ConfigurationError,
+    HubCertificateChangedError,
+    HubCertificateError,
+)
 
 BASE = {"host": "wss://127.0.0.1", "key": "k" * 32, "password": "p" * 16}
 

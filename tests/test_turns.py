@@ -2,7 +2,7 @@
 import pytest
 
 from hivemind_chat_agent.core.replies import MAX_UTTERANCE_CHARS, ReplyKind, parse_reply
-from hivemind_chat_agent.core.turns import Absorb, Ended, Sentence, Turn, Progress, TurnTable
+from hivemind_chat_agent.core.turns import Absorb, Ended, Progress, Sentence, Turn, TurnTable
 
 
 def ctx(sid="s1", tag="t1"):
@@ -318,7 +318,7 @@ def test_debts_are_bounded_when_a_hub_never_sends_handled():
     ("store_unavailable", "ConversationStoreError")])
 def test_a_hubs_failure_reason_becomes_its_typed_error(reason, error):
     from hivemind_chat_agent.core.outcomes import TurnStatus, judge
-    from hivemind_chat_agent.core.turns import EndReason, Ended, Progress
+    from hivemind_chat_agent.core.turns import Ended, EndReason, Progress
     outcome = judge(Ended(Progress.UNMATCHED, "why", EndReason.read(reason)), spoke=False,
                     refusal=None, terminated=False, agent_closed=False, timeout=10)
     assert outcome.status is TurnStatus.FAILED and type(outcome.error).__name__ == error

@@ -9,10 +9,10 @@ import sys
 import time
 
 import pytest
-from wyoming.handle import Handled, NotHandled
-
 from home_assistant import Server, describe, ha_turn, streamed_turn, turn
 from hubs import free_port
+from wyoming.handle import Handled, NotHandled
+
 from hivemind_chat_agent import HiveMindChatAgent
 from hivemind_chat_agent.bridges.wyoming_server import SPOKEN, WyomingBridge
 

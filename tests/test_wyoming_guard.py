@@ -18,16 +18,23 @@ import threading
 import time
 
 import pytest
+from home_assistant import turn
+from hubs import HubProcess, free_port, plugin_config
 from wyoming.asr import Transcript
 from wyoming.event import async_read_event, async_write_event
 from wyoming.handle import Handled, NotHandled
 from wyoming.info import Describe, Info
 
-from home_assistant import turn
-from hubs import HubProcess, free_port, plugin_config
-from hivemind_chat_agent.bridges.wyoming_server import (SPOKEN, AllowList, Caps, Deadlines,
-                                                        Guard, PeerGate, WyomingBridge,
-                                                        run_server)
+from hivemind_chat_agent.bridges.wyoming_server import (
+    SPOKEN,
+    AllowList,
+    Caps,
+    Deadlines,
+    Guard,
+    PeerGate,
+    WyomingBridge,
+    run_server,
+)
 
 CLI = os.path.join(os.path.dirname(sys.executable), "hivemind-chat")
 

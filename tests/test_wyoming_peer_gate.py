@@ -2,11 +2,19 @@
 authentication), how many connections and turns one peer and everyone may hold, and which of a
 flood of alike log lines get written (on a fake clock)."""
 import pytest
-
 from fake_clock import FakeClock
-from hivemind_chat_agent.core.peer_gate import (NOT_ALLOWED, OVER_PEER, OVER_TOTAL, AllowList,
-                                                Caps, Notices, PeerGate, is_loopback_bind,
-                                                parse_address)
+
+from hivemind_chat_agent.core.peer_gate import (
+    NOT_ALLOWED,
+    OVER_PEER,
+    OVER_TOTAL,
+    AllowList,
+    Caps,
+    Notices,
+    PeerGate,
+    is_loopback_bind,
+    parse_address,
+)
 from hivemind_chat_agent.errors import ConfigurationError
 
 

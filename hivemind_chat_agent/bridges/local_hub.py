@@ -27,8 +27,11 @@ from typing import Dict, List, Optional, Sequence
 from ovos_utils.log import LOG
 
 from hivemind_chat_agent import background
-from hivemind_chat_agent.core.protocol_names import (AUDIO_OUTPUT_END_TYPE, CURRENT_UTTERANCE_TYPE,
-                                                      UTTERANCE_TYPE)
+from hivemind_chat_agent.core.protocol_names import (
+    AUDIO_OUTPUT_END_TYPE,
+    CURRENT_UTTERANCE_TYPE,
+    UTTERANCE_TYPE,
+)
 
 XDG_DIRS = {"XDG_CONFIG_HOME": "config", "XDG_DATA_HOME": "data",
             "XDG_CACHE_HOME": "cache", "XDG_STATE_HOME": "state"}

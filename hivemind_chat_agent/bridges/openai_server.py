@@ -23,12 +23,20 @@ from typing import Any, AsyncIterator, Dict, List, Optional, Tuple
 from ovos_bus_client.session import Session, SessionManager
 from ovos_utils.log import LOG
 
-from hivemind_chat_agent.core.openai_conversations import (ConversationIndex, Continuation,
-                                                           content_text)
+from hivemind_chat_agent.core.openai_conversations import (
+    Continuation,
+    ConversationIndex,
+    content_text,
+)
 from hivemind_chat_agent.core.outcomes import TurnStatus
-from hivemind_chat_agent.errors import (AuthenticationError, ConnectionLostError,
-                                        HiveMindChatError, HubUnreachableError,
-                                        PolicyDeniedError, TurnTimeoutError)
+from hivemind_chat_agent.errors import (
+    AuthenticationError,
+    ConnectionLostError,
+    HiveMindChatError,
+    HubUnreachableError,
+    PolicyDeniedError,
+    TurnTimeoutError,
+)
 
 MODEL = "hivemind-chat"
 

@@ -12,9 +12,14 @@ import logging
 from typing import Any, Dict, List, Optional, Tuple
 
 from hivemind_chat_agent.core.outcomes import TurnStatus
-from hivemind_chat_agent.errors import (AuthenticationError, ConnectionLostError,
-                                        HiveMindChatError, HubUnreachableError,
-                                        PolicyDeniedError, TurnTimeoutError)
+from hivemind_chat_agent.errors import (
+    AuthenticationError,
+    ConnectionLostError,
+    HiveMindChatError,
+    HubUnreachableError,
+    PolicyDeniedError,
+    TurnTimeoutError,
+)
 
 LOG = logging.getLogger(__name__)
 
@@ -104,8 +109,7 @@ class WyomingBridge:
         Handled would carry. Closed or cancelled before the end (the caller hung up), it
         terminates the turn: the hub is told to stop, as Ctrl-C does in the CLI, and the
         turn's place at the hub is free at once."""
-        from wyoming.handle import (Handled, HandledChunk, HandledStart, HandledStop,
-                                    NotHandled)
+        from wyoming.handle import Handled, HandledChunk, HandledStart, HandledStop, NotHandled
         session_id, site_id = session_for(context, peer, self.per_device)
         sentences: List[str] = []
         failure = ""

@@ -21,8 +21,13 @@ import time
 from typing import Callable, Deque, Dict, Optional
 
 from hivemind_chat_agent.bridges.wyoming_bridge import SPOKEN, WyomingBridge
-from hivemind_chat_agent.bridges.wyoming_events import (MAX_LINE, BadEvent, Deadlines,
-                                                        EventTimeout, read_event)
+from hivemind_chat_agent.bridges.wyoming_events import (
+    MAX_LINE,
+    BadEvent,
+    Deadlines,
+    EventTimeout,
+    read_event,
+)
 from hivemind_chat_agent.core.peer_gate import NOT_ALLOWED, Notices, PeerGate
 
 LOG = logging.getLogger(__name__)

@@ -20,8 +20,13 @@ from typing import Optional
 
 from hivemind_chat_agent.bridges.wyoming_bridge import SPOKEN, WyomingBridge, session_for
 from hivemind_chat_agent.bridges.wyoming_connection import Doorman, Guard, serve_connection
-from hivemind_chat_agent.bridges.wyoming_events import (MAX_DATA, MAX_LINE, BadEvent,
-                                                        Deadlines, read_event)
+from hivemind_chat_agent.bridges.wyoming_events import (
+    MAX_DATA,
+    MAX_LINE,
+    BadEvent,
+    Deadlines,
+    read_event,
+)
 from hivemind_chat_agent.core.peer_gate import AllowList, Caps, PeerGate
 from hivemind_chat_agent.extras import install_hint
 
@@ -90,8 +95,13 @@ async def run_server(bridge: WyomingBridge, host: str, port: int,
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-from hivemind_chat_agent.bridges.wyoming_cli import (DEFAULT_URI, add_options,  # noqa: E402
-                                                     check_args, parse_uri, serve_from_cli)
+from hivemind_chat_agent.bridges.wyoming_cli import (  # noqa: E402
+    DEFAULT_URI,
+    add_options,
+    check_args,
+    parse_uri,
+    serve_from_cli,
+)
 
 __all__ = ["WyomingBridge", "run_server", "serve_connection", "session_for", "parse_uri",
            "add_options", "check_args", "serve_from_cli", "Guard", "Doorman", "SPOKEN",

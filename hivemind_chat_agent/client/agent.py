@@ -7,20 +7,20 @@ from typing import Any, AsyncIterator, Callable, Dict, Iterable, Iterator, List,
 from ovos_plugin_manager.templates.agents import AgentMessage, ChatEngine, MessageRole
 from ovos_utils.log import LOG
 
-from hivemind_chat_agent.client.config import ClientConfig
 from hivemind_chat_agent.background import off_loop
 from hivemind_chat_agent.client.abandonment import Abandonment
 from hivemind_chat_agent.client.chat_turn import ChatTurn
+from hivemind_chat_agent.client.config import ClientConfig
 from hivemind_chat_agent.client.connection import HubConnection
-from hivemind_chat_agent.client.turn_driver import TurnDriver, start_driver
+from hivemind_chat_agent.client.pool import ConnectionPool
+from hivemind_chat_agent.client.session_book import SessionBook
+from hivemind_chat_agent.client.session_store import SessionStore
+from hivemind_chat_agent.client.subscriptions import Subscribers, Subscription
 from hivemind_chat_agent.client.transport import preferred_ciphers
+from hivemind_chat_agent.client.turn_driver import TurnDriver, start_driver
 from hivemind_chat_agent.core.protocol_names import CHAT_PLUGIN_NAME
 from hivemind_chat_agent.core.refusals import UtteranceTopic
 from hivemind_chat_agent.errors import AgentClosedError, HiveMindChatError
-from hivemind_chat_agent.client.pool import ConnectionPool
-from hivemind_chat_agent.client.session_store import SessionStore
-from hivemind_chat_agent.client.session_book import SessionBook
-from hivemind_chat_agent.client.subscriptions import Subscribers, Subscription
 
 
 class _SessionLock:

@@ -14,10 +14,10 @@ from typing import Callable, Deque, Dict, List, Optional, Tuple
 from ovos_bus_client.message import Message
 from ovos_utils.log import LOG
 
+from hivemind_chat_agent.client.session_book import SessionBook
 from hivemind_chat_agent.core.clock import Clock
 from hivemind_chat_agent.core.ownership import claim, namespace_of
 from hivemind_chat_agent.core.replies import Reply, ReplyKind
-from hivemind_chat_agent.client.session_book import SessionBook
 from hivemind_chat_agent.core.turns import Absorb, EndReason, Event, Routing, Turn, TurnTable
 from hivemind_chat_agent.errors import HiveMindChatError
 

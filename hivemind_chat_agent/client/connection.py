@@ -32,17 +32,25 @@ from hivemind_chat_agent.client.carried_turns import CarriedTurns, TurnHandle
 from hivemind_chat_agent.client.config import ClientConfig
 from hivemind_chat_agent.client.satellite_reports import SatelliteReports
 from hivemind_chat_agent.client.session_book import SessionBook
-from hivemind_chat_agent.client.transport import (connect_failure, exchange_inputs, garbled,
-                                                  open_transport, redact)
+from hivemind_chat_agent.client.transport import (
+    connect_failure,
+    exchange_inputs,
+    garbled,
+    open_transport,
+    redact,
+)
 from hivemind_chat_agent.core.clock import Clock
 from hivemind_chat_agent.core.frames import Opened
 from hivemind_chat_agent.core.hub_link import Decision, HubLink
 from hivemind_chat_agent.core.protocol_names import POLICY_DENIED_TYPE, TURN_TAG_KEY
-from hivemind_chat_agent.core.refusals import (UtteranceTopic, no_handshake_in_time, plan_denial,
-                                               read_denial)
+from hivemind_chat_agent.core.refusals import (
+    UtteranceTopic,
+    no_handshake_in_time,
+    plan_denial,
+    read_denial,
+)
 from hivemind_chat_agent.core.replies import ReplyKind, parse_reply
 from hivemind_chat_agent.errors import ConnectionLostError, HiveMindChatError, HubUnreachableError
-
 
 CLOSE_ACKNOWLEDGED_WITHIN = 2.0   # seconds a close waits for the hub's close (stock 4.0 hubs)
 

@@ -29,9 +29,12 @@ from hivemind_chat_agent.client.churn_gate import ChurnGate
 from hivemind_chat_agent.client.config import ClientConfig
 from hivemind_chat_agent.client.connection import CLOSE_ACKNOWLEDGED_WITHIN, HubConnection
 from hivemind_chat_agent.client.spares import Spares
-from hivemind_chat_agent.errors import (AgentClosedError, HandshakeTimeoutError,
-                                        HiveMindChatError, HubUnreachableError)
-
+from hivemind_chat_agent.errors import (
+    AgentClosedError,
+    HandshakeTimeoutError,
+    HiveMindChatError,
+    HubUnreachableError,
+)
 
 TURNS_PER_SHARED = 16   # turns in flight on a shared connection before another is opened
 WARM_CONFIRM = 0.5      # seconds a warm-up waits for a 5.x hub's refusal of our pinned key

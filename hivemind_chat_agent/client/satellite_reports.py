@@ -15,8 +15,7 @@ from ovos_utils.log import LOG
 
 from hivemind_chat_agent.background import SYSTEM_CLOCK
 from hivemind_chat_agent.core.clock import Clock
-from hivemind_chat_agent.core.protocol_names import (AUDIO_OUTPUT_END_TYPE, STOP_TYPE,
-                                                     TURN_TAG_KEY)
+from hivemind_chat_agent.core.protocol_names import AUDIO_OUTPUT_END_TYPE, STOP_TYPE, TURN_TAG_KEY
 from hivemind_chat_agent.errors import HiveMindChatError
 
 AUDIO_END_ECHO = 0.25      # seconds before the first repeat; see SatelliteReports.echo_later

@@ -18,7 +18,6 @@ from hivemind_chat_agent.core.conversation import CONVERSATION_FIELDS, HUB_FIELD
 from hivemind_chat_agent.core.limits import over_bound, too_long
 from hivemind_chat_agent.errors import IdentifierTooLongError
 
-
 # Which skills wait for the user's answer: ovos-bus-client 1.x sends `utterance_states`, 2.x
 # `response_mode` as well (OVOS-CONVERSE-1), and reads either.
 RESPONSE_MODE_FIELDS = ("utterance_states", "response_mode")

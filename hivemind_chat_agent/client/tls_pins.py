@@ -23,8 +23,13 @@ from typing import Dict, Optional, Tuple
 
 from ovos_utils.log import LOG
 
-from hivemind_chat_agent.core.certificate_pins import (PinAction, decide_pin, fingerprint,
-                                                       readable, verification_refused)
+from hivemind_chat_agent.core.certificate_pins import (
+    PinAction,
+    decide_pin,
+    fingerprint,
+    readable,
+    verification_refused,
+)
 from hivemind_chat_agent.errors import ConfigurationError, HubCertificateError
 
 TLS_HANDSHAKE_TIMEOUT = 2.0   # seconds; a TLS hub on a LAN answers in milliseconds

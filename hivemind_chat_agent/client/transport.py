@@ -16,18 +16,18 @@ from typing import Any, Dict, List, Optional
 
 import pybase64
 from hivemind_bus_client.client import HiveMessageBusClient
-from hivemind_bus_client.identity import NodeIdentity
 from hivemind_bus_client.encryption import SupportedCiphers, SupportedEncodings
+from hivemind_bus_client.identity import NodeIdentity
 from hivemind_bus_client.message import HiveMessage, HiveMessageType
 from hivemind_bus_client.util import serialize_message
 from ovos_utils.log import LOG
 from websocket import ABNF, WebSocketPayloadException, WebSocketProtocolException
 
 from hivemind_chat_agent import compat
-from hivemind_chat_agent.core.frames import Opened, Verdict, open_frame
 from hivemind_chat_agent.client.noise_keys import NoiseKeyring, cached_psk
 from hivemind_chat_agent.client.tls_pins import TLSFailed, open_tls
 from hivemind_chat_agent.core.exchange import ExchangeInputs, SecureChannel
+from hivemind_chat_agent.core.frames import Opened, Verdict, open_frame
 from hivemind_chat_agent.errors import ConnectionLostError, HiveMindChatError, HubUnreachableError
 
 # Fastest first; the hub picks the first one its config allows.

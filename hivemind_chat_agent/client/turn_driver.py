@@ -16,16 +16,15 @@ from ovos_utils.log import LOG
 
 from hivemind_chat_agent import background
 from hivemind_chat_agent.client.abandonment import Abandonment
-
-from hivemind_chat_agent.client.chat_turn import ChatTurn
 from hivemind_chat_agent.client.carried_turns import TurnHandle
+from hivemind_chat_agent.client.chat_turn import ChatTurn
 from hivemind_chat_agent.client.config import ClientConfig
 from hivemind_chat_agent.client.connection import HubConnection
 from hivemind_chat_agent.client.pool import ConnectionPool
 from hivemind_chat_agent.client.session_book import SessionBook
 from hivemind_chat_agent.core.clock import Clock
 from hivemind_chat_agent.core.outcomes import Outcome, TurnStatus, judge
-from hivemind_chat_agent.core.turns import EndReason, Ended, Event, Sentence
+from hivemind_chat_agent.core.turns import Ended, EndReason, Event, Sentence
 from hivemind_chat_agent.errors import HiveMindChatError
 
 

@@ -11,8 +11,7 @@ from typing import Any, Dict
 
 from hivemind_chat_agent.core.exchange import ExchangeInputs, KeyExchange
 from hivemind_chat_agent.core.handshake_password import PasswordExchange
-from hivemind_chat_agent.errors import (AuthenticationError, HubKeyChangedError,
-                                        UnsupportedHubError)
+from hivemind_chat_agent.errors import AuthenticationError, HubKeyChangedError, UnsupportedHubError
 
 
 def offers_noise(offer: Dict[str, Any]) -> bool:

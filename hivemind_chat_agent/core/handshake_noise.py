@@ -14,15 +14,22 @@ Noise primitive); this module only drives it. What it adds for a chat client:
 from typing import Any, Dict, List, Optional, Tuple
 
 from hivemind_bus_client.message import HiveMessage, HiveMessageType
-from hivemind_bus_client.noise import (NOISE_PATTERN_XX, NoiseTransport, NoiseTransportFailed,
-                                       build_prologue, canonical_json, noise_protocol_name,
-                                       select_noise_options, start_noise_handshake)
+from hivemind_bus_client.noise import (
+    NOISE_PATTERN_XX,
+    NoiseTransport,
+    NoiseTransportFailed,
+    build_prologue,
+    canonical_json,
+    noise_protocol_name,
+    select_noise_options,
+    start_noise_handshake,
+)
 from poorman_handshake.noise import derive_psk
 
-from hivemind_chat_agent.core.frames import Opened, Verdict, message_from_json
 from hivemind_chat_agent.core.exchange import ExchangeInputs, Frame, KeyExchange, SecureChannel
-from hivemind_chat_agent.errors import (HubKeyChangedError, UnsupportedHubError,
-                                        WrongPasswordError)
+from hivemind_chat_agent.core.frames import Opened, Verdict, message_from_json
+from hivemind_chat_agent.errors import HubKeyChangedError, UnsupportedHubError, WrongPasswordError
+
 
 def _derive(password: str, node_id: str) -> bytes:
     return derive_psk(password, node_id=node_id)

@@ -7,14 +7,19 @@ and not an unreadable first answer.
 import json
 from typing import Any, Dict, List, Optional, Tuple
 
-from hivemind_bus_client.encryption import (SupportedCiphers, SupportedEncodings,
-                                            decrypt_bin, decrypt_from_json, encrypt_as_json)
+from hivemind_bus_client.encryption import (
+    SupportedCiphers,
+    SupportedEncodings,
+    decrypt_bin,
+    decrypt_from_json,
+    encrypt_as_json,
+)
 from hivemind_bus_client.message import HiveMessage, HiveMessageType
 from hivemind_bus_client.serialization import decode_bitstring
 from poorman_handshake import PasswordHandShake
 
-from hivemind_chat_agent.core.frames import Opened, Verdict, _message, message_from_json
 from hivemind_chat_agent.core.exchange import ExchangeInputs, Frame, KeyExchange, SecureChannel
+from hivemind_chat_agent.core.frames import Opened, Verdict, _message, message_from_json
 from hivemind_chat_agent.errors import WrongPasswordError
 
 

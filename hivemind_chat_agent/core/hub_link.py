@@ -21,11 +21,15 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from hivemind_bus_client.message import HiveMessage, HiveMessageType
 
-from hivemind_chat_agent.core.frames import Opened
 from hivemind_chat_agent.core.exchange import ExchangeInputs, KeyExchange, SecureChannel
+from hivemind_chat_agent.core.frames import Opened
 from hivemind_chat_agent.core.handshake import choose
-from hivemind_chat_agent.core.refusals import (closed_before_ready, refusal_after_noise_handshake,
-                                               refusal_from_close, untrusted_frame)
+from hivemind_chat_agent.core.refusals import (
+    closed_before_ready,
+    refusal_after_noise_handshake,
+    refusal_from_close,
+    untrusted_frame,
+)
 from hivemind_chat_agent.core.turns import EndReason
 from hivemind_chat_agent.errors import HiveMindChatError
 

@@ -6,12 +6,18 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Optional
 
-from hivemind_chat_agent.core.turns import EndReason, Ended, Progress
-from hivemind_chat_agent.errors import (AgentClosedError, ConnectionLostError,
-                                        ConversationStoreError, HiveMindChatError,
-                                        HubBusyError, HubEngineError,
-                                        IdentifierTooLongError, ReplyTooLargeError,
-                                        TurnTimeoutError)
+from hivemind_chat_agent.core.turns import Ended, EndReason, Progress
+from hivemind_chat_agent.errors import (
+    AgentClosedError,
+    ConnectionLostError,
+    ConversationStoreError,
+    HiveMindChatError,
+    HubBusyError,
+    HubEngineError,
+    IdentifierTooLongError,
+    ReplyTooLargeError,
+    TurnTimeoutError,
+)
 
 
 class TurnStatus(str, Enum):

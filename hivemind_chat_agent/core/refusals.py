@@ -13,10 +13,17 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from hivemind_chat_agent.core.frames import Opened, Verdict
 from hivemind_chat_agent.core.protocol_names import CURRENT_UTTERANCE_TYPE, UTTERANCE_TYPE
-from hivemind_chat_agent.errors import (AccessKeyRejectedError, ClientKeyRefusedError,
-                                        HandshakeTimeoutError, HiveMindChatError,
-                                        HubEngineError, HubUnreachableError, PolicyDeniedError,
-                                        ReplyTooLargeError, UnsupportedHubError)
+from hivemind_chat_agent.errors import (
+    AccessKeyRejectedError,
+    ClientKeyRefusedError,
+    HandshakeTimeoutError,
+    HiveMindChatError,
+    HubEngineError,
+    HubUnreachableError,
+    PolicyDeniedError,
+    ReplyTooLargeError,
+    UnsupportedHubError,
+)
 
 # Every ovos-core understands the legacy name; 5.x hubs may admit a client on either.
 UTTERANCE_TOPICS = (UTTERANCE_TYPE, CURRENT_UTTERANCE_TYPE)

@@ -7,10 +7,16 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Mapping, Optional, Tuple
 
-from hivemind_chat_agent.core.protocol_names import (ANSWER_TAKEN_SUFFIX, CANCELLED_TYPES,
-                                                HANDLED_TYPES, QUESTION_OPEN_TYPE, SPEAK_TYPES,
-                                                STOP_RESPONSE_SUFFIX, TURN_TAG_KEY,
-                                                UNMATCHED_TYPES)
+from hivemind_chat_agent.core.protocol_names import (
+    ANSWER_TAKEN_SUFFIX,
+    CANCELLED_TYPES,
+    HANDLED_TYPES,
+    QUESTION_OPEN_TYPE,
+    SPEAK_TYPES,
+    STOP_RESPONSE_SUFFIX,
+    TURN_TAG_KEY,
+    UNMATCHED_TYPES,
+)
 
 MAX_UTTERANCE_CHARS = 100_000   # a longer "sentence" is not speech; drop it
 MAX_SESSION_KEYS = 200          # a serialized Session has ~20; far more means garbage

@@ -13,6 +13,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Set
 
+
 def client_fingerprint(secret: bytes, access_key: str) -> str:
     return hmac.new(secret, access_key.encode(), hashlib.sha256).hexdigest()[:16]
 

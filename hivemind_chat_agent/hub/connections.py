@@ -4,7 +4,6 @@ connection), whose client it is for fairness, and whether core has reported it g
 are addressed to the object, so a rename never loses them and a closed one gets nothing."""
 import uuid
 
-
 _TOKEN = "_hivemind_chat_connection"
 _CLOSED = "_hivemind_chat_closed"
 

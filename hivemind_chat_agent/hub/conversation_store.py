@@ -35,8 +35,13 @@ from ovos_bus_client.session import SessionManager
 
 from hivemind_chat_agent.core.transcript import Exchange, Transcripts, clip, oldest_over
 from hivemind_chat_agent.hub.secret import hub_secret
-from hivemind_chat_agent.hub.turn_table import (DONE, RUNNING, TurnRecord, TurnRecordsFull,
-                                                TurnRecordTable)
+from hivemind_chat_agent.hub.turn_table import (
+    DONE,
+    RUNNING,
+    TurnRecord,
+    TurnRecordsFull,
+    TurnRecordTable,
+)
 
 __all__ = ["ConversationStore", "MemoryStore", "TurnRecord", "TurnRecordsFull", "Begun",
            "RUNNING", "DONE"]

@@ -19,7 +19,6 @@ from hivemind_chat_agent.core.transcript import ANSWERED, STOPPED, Exchange, eng
 from hivemind_chat_agent.core.turns import EndReason
 from hivemind_chat_agent.hub.settings import PLUGIN_NAME, HubSettings
 
-
 _ROLES = {"user": MessageRole.USER, "assistant": MessageRole.ASSISTANT}
 
 

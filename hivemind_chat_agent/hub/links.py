@@ -18,7 +18,6 @@ The link is picked once per connection, from what the object has, and kept on it
 from types import ModuleType
 from typing import Optional
 
-
 _LINK_ATTR = "_hivemind_chat_link"
 
 

@@ -25,32 +25,38 @@ from ovos_utils.log import LOG
 from ovos_utils.xdg_utils import xdg_data_home
 
 from hivemind_chat_agent import compat
+from hivemind_chat_agent.compat import register_session as register
 from hivemind_chat_agent.core.clock import Clock
 from hivemind_chat_agent.core.conversation import conversation_for_turn
 from hivemind_chat_agent.core.limits import id_refusal, shown, shown_name
-from hivemind_chat_agent.core.transcript import Exchange
 from hivemind_chat_agent.core.protocol_names import STOP_TYPES, UTTERANCE_TYPES
-from hivemind_chat_agent.core.turns import EndReason
 from hivemind_chat_agent.core.replies import first_utterance
-from hivemind_chat_agent.core.satellites import (SatelliteSessions, client_fingerprint,
-                                                  engine_session_id)
-from hivemind_chat_agent.compat import register_session as register
+from hivemind_chat_agent.core.satellites import (
+    SatelliteSessions,
+    client_fingerprint,
+    engine_session_id,
+)
+from hivemind_chat_agent.core.transcript import Exchange
+from hivemind_chat_agent.core.turns import EndReason
+from hivemind_chat_agent.errors import ConversationStoreError, IdentifierTooLongError, ReplyNotSent
 from hivemind_chat_agent.hub.agent_bus import AgentBus
 from hivemind_chat_agent.hub.asides import Asides
-from hivemind_chat_agent.hub.connections import (connection_client, connection_closed,
-                                                 connection_token, mark_closed)
-from hivemind_chat_agent.hub.hub_turn import HubTurn, OpenTurns, agent_messages
+from hivemind_chat_agent.hub.connections import (
+    connection_client,
+    connection_closed,
+    connection_token,
+    mark_closed,
+)
 from hivemind_chat_agent.hub.conversation_store import TurnRecordsFull
-from hivemind_chat_agent.hub.stores import open_store
-from hivemind_chat_agent.hub.turn_records import run_here, turn_id_of
+from hivemind_chat_agent.hub.hub_turn import HubTurn, OpenTurns, agent_messages
 from hivemind_chat_agent.hub.links import install_links, link_for
 from hivemind_chat_agent.hub.loop_clock import IOLoopClock
-from hivemind_chat_agent.errors import (ConversationStoreError, IdentifierTooLongError,
-                                        ReplyNotSent)
 from hivemind_chat_agent.hub.query import stream_answer
 from hivemind_chat_agent.hub.serial_executor import KeyedSerialExecutor, QueueFull
-from hivemind_chat_agent.hub.stops import stop_turns
 from hivemind_chat_agent.hub.settings import PLUGIN_NAME, HubSettings, load_engine
+from hivemind_chat_agent.hub.stops import stop_turns
+from hivemind_chat_agent.hub.stores import open_store
+from hivemind_chat_agent.hub.turn_records import run_here, turn_id_of
 
 __all__ = ["ChatAgentProtocol", "HubSettings", "PLUGIN_NAME", "load_engine"]
 

@@ -37,9 +37,21 @@ from hivemind_chat_agent.core.transcript import Exchange, clip
 from hivemind_chat_agent.errors import ConversationStoreError
 from hivemind_chat_agent.hub import redis_scripts
 from hivemind_chat_agent.hub.conversation_store import (
-    DONE, KEY_PREFIX, MAX_TURN_RECORDS_PER_CLIENT, REDIS_TIMEOUT, RUNNING, TURN_RECORD_TTL,
-    Begun, TurnRecord, TurnRecordsFull, bounded, exchange_from_json, exchange_to_json,
-    record_from_json, record_to_json)
+    DONE,
+    KEY_PREFIX,
+    MAX_TURN_RECORDS_PER_CLIENT,
+    REDIS_TIMEOUT,
+    RUNNING,
+    TURN_RECORD_TTL,
+    Begun,
+    TurnRecord,
+    TurnRecordsFull,
+    bounded,
+    exchange_from_json,
+    exchange_to_json,
+    record_from_json,
+    record_to_json,
+)
 
 HEARTBEAT = 1.0        # seconds between this hub's "alive" renewals
 ALIVE_FOR = 3          # seconds an "alive" key outlives its last renewal

@@ -3,8 +3,11 @@ from typing import Callable
 from urllib.parse import urlsplit
 
 from hivemind_chat_agent.errors import ConfigurationError
-from hivemind_chat_agent.hub.conversation_store import (MAX_TURN_RECORDS_PER_CLIENT,
-                                                        ConversationStore, MemoryStore)
+from hivemind_chat_agent.hub.conversation_store import (
+    MAX_TURN_RECORDS_PER_CLIENT,
+    ConversationStore,
+    MemoryStore,
+)
 
 
 def open_store(url: str, history_turns: int, history_bytes: int, session_ttl: float,
