@@ -45,6 +45,9 @@ EXTRAS = {
     # its connection pool; 5.0 is the oldest line upstream still maintains, the suite runs 7.4
     "redis": ["redis>=5.0,<8"],
     # benchmarks/bench_hub.py: the stock HiveMind -> OVOS path it measures our plugin against
+    # the checks .ci/check and .ci/run make before the tests: lint and import order (ruff.toml),
+    # types (mypy.ini)
+    "lint": ["ruff>=0.6,<1", "mypy>=1.11"],
     "bench": ["hivemind-ovos-agent-plugin>=0.4.0a1,<1", "ovos-messagebus>=0.2.0a1",
               "py-spy>=0.3"],
 }

@@ -157,7 +157,7 @@ def bench_many_sessions(hub, creds, keys_dir, sessions, bursts):
             finally:
                 agent.shutdown()
             time.sleep(1)                 # let the hub settle the closed connections
-    (sw, sc), (ow, oc) = [tuple(statistics.median(x) for x in zip(*results[m]))
+    (sw, sc), (ow, oc) = [tuple(statistics.median(x) for x in zip(*results[m], strict=True))
                           for m in ("shared", "own")]
     row(f"5.x: {sessions} sessions at once, connections", str(conns["shared"]),
         f"one per session: {conns['own']}", "<= 4", conns["shared"] <= 4)

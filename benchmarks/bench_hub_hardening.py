@@ -103,7 +103,6 @@ def p99(values):
 
 def fairness(flood_sessions: int, turns: int) -> bool:
     hub = HubProcess(plugin(workers=8, max_queue=64)).start()
-    stop = threading.Event()
     try:
         good = HiveMindChatAgent(hub.add_client(name="good").agent_config(timeout=30))
         flood_creds = hub.add_client(name="flood")

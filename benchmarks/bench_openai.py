@@ -87,7 +87,8 @@ async def fifty_at_once(port: int, n: int = 50):
 
     async def tell(k):
         await client.chat.completions.create(
-            model="m", user=f"many-{k}", messages=[{"role": "user", "content": f"remember word{k}"}])
+            model="m", user=f"many-{k}",
+            messages=[{"role": "user", "content": f"remember word{k}"}])
 
     async def one(k):
         text = []
@@ -137,7 +138,7 @@ def main():
         ways = {"direct": lambda: first_direct(direct_agent, "count 2", "direct"),
                 "served": lambda: first_streamed_raw(conn, "count 2", "served"),
                 "openai client": lambda: first_streamed(client, "count 2", "served")}
-        for i in range(10):                       # connections open, every path warm
+        for _ in range(10):                       # connections open, every path warm
             for measure in ways.values():
                 measure()
         times = {name: [] for name in ways}

@@ -6,8 +6,8 @@ class Table:
         self.widths = widths    # measure, value, baseline, target; the result follows
 
     def _line(self, *cells) -> str:
-        return " ".join(f"{cell:<{width}}" for cell, width in zip(cells, self.widths)) + \
-            f" {cells[-1]}"
+        padded = zip(cells, self.widths, strict=False)   # the result cell is not padded
+        return " ".join(f"{cell:<{width}}" for cell, width in padded) + f" {cells[-1]}"
 
     def header(self) -> None:
         print(self._line("measure", "value", "baseline (same run)", "target", "result"))

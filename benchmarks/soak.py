@@ -460,7 +460,7 @@ def main():
         fds3, threads3 = settle(fds1, threads1, 2.0)
         rss_after = rss_mib()
         agent.pool._factory = factory
-        del agent, factory, counting_factory  # nothing of it left here
+        agent = factory = counting_factory = None  # nothing of it left here
         gc.collect()
         objects2, blocks2 = object_census(), sys.getallocatedblocks()
         agent_sessions = sum(1 for sid in SessionManager.sessions if sid.startswith("soak-"))

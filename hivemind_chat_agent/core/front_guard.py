@@ -200,7 +200,8 @@ class FrontGuard:
                                  "application/json'", "unsupported_media_type")
         return self._caller(headers.get("authorization", ""), peer)
 
-    def _caller(self, authorization: str, peer: str):
+    def _caller(self, authorization: str, peer: str
+                ) -> Tuple[Optional[str], Optional[Refusal]]:
         if not self.keys:
             return "", None
         wait = self.throttle.wait_for(peer)

@@ -32,7 +32,8 @@ from hivemind_chat_agent.errors import HubKeyChangedError, UnsupportedHubError, 
 
 
 def _derive(password: str, node_id: str) -> bytes:
-    return derive_psk(password, node_id=node_id)
+    psk: bytes = derive_psk(password, node_id=node_id)
+    return psk
 
 
 class NoiseExchange(KeyExchange):
@@ -59,14 +60,14 @@ class NoiseExchange(KeyExchange):
 
     def first(self) -> HiveMessage:
         keys = self._inputs.noise_keys
-        self._hs = start_noise_handshake(
+        self._hs = handshake = start_noise_handshake(
             initiator=True, pattern=self._pattern, suite=self._suite, password=None,
             node_id=self._node_id, prologue=self._prologue, key_path=keys.ensure(),
             psk=(self._inputs.psk or _derive)(self._inputs.password, self._node_id))
         hello = canonical_json({"binarize": False, "encodings": list(self._inputs.encodings)})
         return HiveMessage(HiveMessageType.HANDSHAKE, {"noise": {
             "pattern": self._pattern, "suite": self._suite,
-            "msg": self._hs.write_message(hello).hex()}})
+            "msg": handshake.write_message(hello).hex()}})
 
     def receive(self, payload: Dict[str, Any]
                 ) -> Tuple[List[HiveMessage], Optional[SecureChannel]]:

@@ -106,7 +106,7 @@ class Caps:
     connections_per_peer: int = 32   # from one address (Home Assistant opens one per turn)
     turns_per_peer: int = 20         # turns in flight for one address; more wait for a place
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for name in ("connections", "connections_per_peer", "turns_per_peer"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ConfigurationError(f"{name.replace('_', ' ')} must be at least 1, not "
@@ -126,9 +126,9 @@ class PeerGate:
     address may connect (a front whose requests carry keys: bridges/http_front.py)."""
     allow: Optional[AllowList]
     caps: Caps = field(default_factory=Caps)
-    open_by_peer: Counter = field(default_factory=Counter)
-    turns_by_peer: Counter = field(default_factory=Counter)
-    refused: Counter = field(default_factory=Counter)   # reason -> connections refused
+    open_by_peer: Counter[str] = field(default_factory=Counter)
+    turns_by_peer: Counter[str] = field(default_factory=Counter)
+    refused: Counter[str] = field(default_factory=Counter)   # reason -> connections refused
 
     @property
     def open(self) -> int:
@@ -164,7 +164,7 @@ class PeerGate:
         _decrement(self.turns_by_peer, peer)
 
 
-def _decrement(counter: Counter, key: str) -> None:
+def _decrement(counter: Counter[str], key: str) -> None:
     if counter[key] <= 1:
         counter.pop(key, None)
     else:
@@ -180,7 +180,7 @@ class Notices:
         self._now = now
         self.interval = interval
         self._last: Dict[str, float] = {}
-        self._left_out: Counter = Counter()
+        self._left_out: Counter[str] = Counter()
 
     def line(self, kind: str, text: str) -> Optional[str]:
         """`text` to log now (with how many of `kind` were left out before it), or None to
@@ -192,7 +192,7 @@ class Notices:
             return None
         self._last[kind] = now
         left_out = self._left_out.pop(kind, 0)
-        if left_out:
+        if left_out and last is not None:
             text += f" ({left_out} more alike in the last {now - last:.0f} s)"
         return text
 
