@@ -1,10 +1,11 @@
 """A genuine hivemind-core hub on 127.0.0.1, started inside this process.
 
-Used by `hivemind-chat demo` (no hub at hand) and by the tests. It is the real thing: hivemind-core's
-`HiveMindListenerProtocol` and client database behind its tornado websocket handler, with an
-agent protocol of the caller's choice. Only what `HiveMindService.run` hard-wires is replaced:
-the socket is bound to loopback on a free port, the IO loop runs in a thread that can be stopped,
-and each hub gets its own handler class and client table so several hubs can share a process.
+Used by `hivemind-chat demo` (no hub at hand) and by the tests. It is the real thing:
+hivemind-core's `HiveMindListenerProtocol` and client database behind its tornado websocket
+handler, with an agent protocol of the caller's choice. Only what `HiveMindService.run`
+hard-wires is replaced: the socket is bound to loopback on a free port, the IO loop runs in a
+thread that can be stopped, and each hub gets its own handler class and client table so several
+hubs can share a process.
 
 hivemind-core reads its config and client database from the XDG folders on every connection,
 so while a LocalHub runs, this process's XDG_CONFIG_HOME / XDG_DATA_HOME point into its `home`
@@ -96,11 +97,84 @@ def write_server_config(home: str, agent_protocol: Optional[dict] = None, port: 
     return path
 
 
+IDENTITY_FILE = "_identity.json"
+
+
+def _identity_files(folder: str) -> Optional[List[str]]:
+    """The names of a sound node identity's files in `folder` (the identity file and the
+    private key it names beside it), or None if there is none or it is not whole."""
+    try:
+        with open(os.path.join(folder, IDENTITY_FILE)) as f:
+            identity = json.load(f)
+    except (OSError, ValueError):
+        return None
+    secret = identity.get("secret_key") if isinstance(identity, dict) else None
+    if (not isinstance(secret, str) or os.path.basename(secret) != secret
+            or not identity.get("public_key")):
+        return None
+    try:
+        with open(os.path.join(folder, secret), "rb") as f:
+            if b"-----END" not in f.read():       # a PEM cut short
+                return None
+    except OSError:
+        return None
+    return [IDENTITY_FILE, secret]
+
+
+def restore_identity(kept: str, identity_home: str) -> bool:
+    """Copy the node identity kept in `kept` into hivemind-core's identity folder
+    `identity_home`; False (nothing copied) if there is none or it is not whole."""
+    names = _identity_files(kept)
+    if names is None:
+        return False
+    os.makedirs(identity_home, mode=0o700, exist_ok=True)
+    for name in names:
+        shutil.copyfile(os.path.join(kept, name), os.path.join(identity_home, name))
+        os.chmod(os.path.join(identity_home, name), 0o600)
+    return True
+
+
+def keep_identity(identity_home: str, kept: str) -> None:
+    """Keep the node identity of `identity_home` in `kept` for the next start, whole or not
+    at all: its files go to a new folder beside `kept` that is then renamed to it (a process
+    starting meanwhile finds the old folder, or this one complete). One that finds `kept`
+    already there leaves it (a hub started at the same moment kept its own). A folder that
+    cannot be written costs the next start a new identity, nothing else."""
+    names = _identity_files(identity_home)
+    if names is None:
+        return
+    parent = os.path.dirname(os.path.abspath(kept))
+    try:
+        os.makedirs(parent, exist_ok=True)
+        scratch = tempfile.mkdtemp(dir=parent, prefix=".hub-identity-")
+    except OSError as e:
+        LOG.warning(f"the hub's identity was not kept in {kept}: {type(e).__name__}: {e}")
+        return
+    try:
+        for name in names:
+            shutil.copyfile(os.path.join(identity_home, name), os.path.join(scratch, name))
+            os.chmod(os.path.join(scratch, name), 0o600)
+        if _identity_files(kept) is not None:
+            return
+        shutil.rmtree(kept, ignore_errors=True)     # not whole: make way for this one
+        os.rename(scratch, kept)
+    except OSError as e:
+        if _identity_files(kept) is None:
+            LOG.warning(f"the hub's identity was not kept in {kept}: {type(e).__name__}: {e}")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
 class LocalHub:
     """`with LocalHub(agent_protocol) as hub: creds = hub.add_client()`."""
 
-    def __init__(self, agent_protocol, home: Optional[str] = None, port: int = 0):
+    def __init__(self, agent_protocol, home: Optional[str] = None, port: int = 0,
+                 identity_dir: Optional[str] = None):
+        """`identity_dir`: a folder the hub's node identity (its RSA key pair, 0.6-1.8 s to
+        make) is kept in from one start to the next, made there on the first; None: a new one
+        in `home` on every start (and none where `home` already has one)."""
         self.agent_protocol = agent_protocol
+        self.identity_dir = identity_dir
         self._own_home = home is None
         self.home = os.path.abspath(home or tempfile.mkdtemp(prefix="hivemind-chat-hub-"))
         self.host = "127.0.0.1"
@@ -129,12 +203,17 @@ class LocalHub:
         if not os.path.isfile(server_json):
             write_server_config(self.home)
         self.db = ClientDatabase()
+        identity_home = os.path.join(env["XDG_CONFIG_HOME"], "hivemind")
+        if self.identity_dir is not None:
+            restore_identity(self.identity_dir, identity_home)
         identity = NodeIdentity()
         if not identity.public_key:
             # as `hivemind-core listen` does on 5.x: its node id is this key, and a Noise
             # handshake fails (1011) without one
             identity.create_keys()
             identity.save()
+            if self.identity_dir is not None:
+                keep_identity(identity_home, self.identity_dir)
         self.protocol = HiveMindListenerProtocol(agent_protocol=self.agent_protocol,
                                                  identity=identity, db=self.db)
         self.protocol.clients = {}   # the class attribute is shared by every hub in a process
