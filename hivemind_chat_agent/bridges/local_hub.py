@@ -23,7 +23,7 @@ import shutil
 import tempfile
 import threading
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from ovos_utils.log import LOG
 
@@ -171,18 +171,18 @@ class LocalHub:
     def __init__(self, agent_protocol, home: Optional[str] = None, port: int = 0,
                  identity_dir: Optional[str] = None):
         """`identity_dir`: a folder the hub's node identity (its RSA key pair, 0.6-1.8 s to
-        make) is kept in from one start to the next, made there on the first; None: a new one
-        in `home` on every start (and none where `home` already has one)."""
+        make) is kept in between starts: copied into a `home` that has none, made and kept
+        there on the first start. None: a `home` without an identity gets a new one."""
         self.agent_protocol = agent_protocol
         self.identity_dir = identity_dir
         self._own_home = home is None
         self.home = os.path.abspath(home or tempfile.mkdtemp(prefix="hivemind-chat-hub-"))
         self.host = "127.0.0.1"
         self.port = port
-        self.protocol = None
-        self.db = None
-        self._loop = None
-        self._server = None
+        self.protocol: Any = None
+        self.db: Any = None
+        self._loop: Any = None
+        self._server: Any = None
         self._handlers: List = []
         self._thread: Optional[threading.Thread] = None
         self._saved_env: Dict[str, Optional[str]] = {}
@@ -204,7 +204,7 @@ class LocalHub:
             write_server_config(self.home)
         self.db = ClientDatabase()
         identity_home = os.path.join(env["XDG_CONFIG_HOME"], "hivemind")
-        if self.identity_dir is not None:
+        if self.identity_dir is not None and _identity_files(identity_home) is None:
             restore_identity(self.identity_dir, identity_home)
         identity = NodeIdentity()
         if not identity.public_key:
