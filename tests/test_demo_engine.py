@@ -53,7 +53,7 @@ def test_the_second_start_reads_the_brain_the_first_wrote(tmp_path, sources):
     first = demo_engine._learned_kernel(sources, cache)
     assert first.respond("hello", "s") == "Hello from the files."
     [name] = brain_files(cache)
-    key = aiml_brain.brain_key(sources)
+    key = aiml_brain.brain_key(sources, demo_engine._new_kernel().version())
     assert name == os.path.basename(aiml_brain.brain_path(cache, key))
     # the same key holding another brain: a start that answers from it did not learn
     other = demo_engine._learn(demo_engine._new_kernel(),
@@ -77,7 +77,7 @@ def test_a_damaged_brain_is_learned_again_and_rewritten(tmp_path, sources, damag
         f.write(damaged)
     kernel = demo_engine._learned_kernel(sources, cache)
     assert kernel.respond("hello", "s") == "Hello from the files."
-    key = aiml_brain.brain_key(sources)
+    key = aiml_brain.brain_key(sources, demo_engine._new_kernel().version())
     assert aiml_brain.read(path, key) is not None                   # rewritten whole
     assert brain_files(cache) == [os.path.basename(path)]
     assert not [n for n in os.listdir(cache) if n.endswith(".tmp")]
@@ -86,9 +86,9 @@ def test_a_damaged_brain_is_learned_again_and_rewritten(tmp_path, sources, damag
 def test_changed_files_make_another_key_and_are_learned(tmp_path, sources):
     cache = str(tmp_path / "cache")
     demo_engine._learned_kernel(sources, cache)
-    old_key = aiml_brain.brain_key(sources)
+    old_key = aiml_brain.brain_key(sources, demo_engine._new_kernel().version())
     aiml_file(str(tmp_path), "Hello, changed.")                     # same name, new content
-    new_key = aiml_brain.brain_key(sources)
+    new_key = aiml_brain.brain_key(sources, demo_engine._new_kernel().version())
     assert new_key != old_key
     kernel = demo_engine._learned_kernel(sources, cache)
     assert kernel.respond("hello", "s") == "Hello, changed."
@@ -97,9 +97,10 @@ def test_changed_files_make_another_key_and_are_learned(tmp_path, sources):
 
 
 def test_the_key_names_aiml_and_python_versions(sources, monkeypatch):
-    key = aiml_brain.brain_key(sources)
+    key = aiml_brain.brain_key(sources, "python-aiml 0.9.2")
+    assert aiml_brain.brain_key(sources, "python-aiml 0.9.3") != key
     monkeypatch.setattr(aiml_brain.marshal, "version", aiml_brain.marshal.version + 1)
-    assert aiml_brain.brain_key(sources) != key
+    assert aiml_brain.brain_key(sources, "python-aiml 0.9.2") != key
 
 
 def test_a_cache_that_cannot_be_written_costs_only_time(tmp_path, sources):

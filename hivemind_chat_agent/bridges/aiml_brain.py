@@ -2,7 +2,7 @@
 learning the ALICE set again (about 4 s).
 
 One file per key, `aiml-brain-<key>.bin` in the cache folder; the key is a digest of what the
-brain is made of and what reads it: this file format, the aiml package's version, the Python
+brain is made of and what reads it: this file format, the aiml kernel's version, the Python
 version (marshal's format is Python's own) and the name and bytes of every AIML file learned,
 so an upgrade of any of them finds no file and learns anew. The file is
 
@@ -23,7 +23,6 @@ read and set those three fields themselves; `fits` says whether this aiml still 
 """
 import gc
 import hashlib
-import importlib.metadata
 import marshal
 import os
 import sys
@@ -53,11 +52,11 @@ def default_cache_dir() -> str:
     return os.path.join(base, "hivemind-chat-agent")
 
 
-def brain_key(sources: Sequence[str]) -> str:
+def brain_key(sources: Sequence[str], aiml_version: str) -> str:
     """The hex digest naming the brain learned from `sources` (paths, in learning order) by
-    this aiml on this Python."""
+    the aiml that calls itself `aiml_version` (its `Kernel.version()`) on this Python."""
     digest = hashlib.sha256(FORMAT)
-    digest.update(f"aiml {importlib.metadata.version('aiml')}\n".encode())
+    digest.update(f"aiml {aiml_version}\n".encode())
     digest.update(f"python {sys.version_info[0]}.{sys.version_info[1]} "
                   f"marshal {marshal.version}\n".encode())
     for path in sources:

@@ -60,7 +60,7 @@ def _learned_kernel(sources: List[str], cache_dir: Optional[str]):
     kernel = _new_kernel()
     if cache_dir is None or not aiml_brain.fits(kernel):
         return _learn(kernel, sources)
-    key = aiml_brain.brain_key(sources)
+    key = aiml_brain.brain_key(sources, kernel.version())
     path = aiml_brain.brain_path(cache_dir, key)
     brain = aiml_brain.read(path, key)
     if brain is not None:
