@@ -6,7 +6,8 @@ brain is made of and what reads it: this file format, the aiml kernel's version,
 version (marshal's format is Python's own) and the name and bytes of every AIML file learned,
 so an upgrade of any of them finds no file and learns anew. The file is
 
-    MAGIC, the key and a newline, the SHA-256 of the payload, the payload
+    FORMAT (a line naming this format), the key and a newline, the SHA-256 of the payload,
+    the payload
 
 with the payload `marshal.dumps((template_count, bot_name, root))`. A file that is short, of
 another key, or whose payload does not match its digest is not read: the caller learns and
