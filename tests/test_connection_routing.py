@@ -15,7 +15,27 @@ from hivemind_chat_agent.client.connection import HubConnection
 from hivemind_chat_agent.client.session_book import SessionBook
 from hivemind_chat_agent.core.protocol_names import TURN_TAG_KEY
 from hivemind_chat_agent.core.replies import parse_reply
-from hivemind_chat_agent.core.turns import Sentence
+
+
+class Heard:
+    """A turn's sink (client/carried_turns.TurnSink) that keeps what reached it."""
+
+    def __init__(self):
+        self.sentences, self.stopped_by, self.outcome = [], [], None
+
+    def add_sentence(self, text):
+        self.sentences.append(text)
+
+    def hub_stopped(self, skill_id):
+        self.stopped_by.append(skill_id)
+
+    def end(self, outcome):
+        self.outcome = outcome
+
+
+def open_turn(turns, sid="mine", tag="t1", timeout=5):
+    """A turn opened as start_turn opens it (unsent), with a `Heard` sink as `handle.sink`."""
+    return turns.open(sid, tag, timeout, Heard(), check=lambda: None)
 
 
 class Carried:
@@ -26,7 +46,7 @@ class Carried:
         self.own_id, self.many_sessions = own_id, many_sessions
 
     def open(self, sid, tag):
-        return self.turns.open(sid, tag, 5, check=lambda: None)    # as start_turn, unsent
+        return open_turn(self.turns, sid, tag)
 
     def speak(self, text, sid, tag):
         context = {"session": {"session_id": sid}}
@@ -44,11 +64,7 @@ def conn():
 
 
 def heard(handle):
-    out = []
-    while (event := handle.next_event(FakeClock(), 0)) is not None:
-        if isinstance(event, Sentence):
-            out.append(event.text)
-    return out
+    return handle.sink.sentences
 
 
 def test_a_reply_with_our_tag_but_another_session_never_reaches_the_turn(conn):
@@ -88,15 +104,14 @@ def test_an_untagged_namespaced_reply_is_ours_only_under_our_own_prefix(conn):
 def test_a_turn_times_out_on_its_clock_and_every_sentence_rolls_the_deadline():
     """The driver's wait, on a fake clock: a sentence at 8 s of a 10 s timeout moves the end
     to 18 s, where the turn times out with that sentence kept."""
-    from hivemind_chat_agent.client.turn_driver import turn_events
-    from hivemind_chat_agent.core.turns import Ended, Progress
+    from hivemind_chat_agent.client.turn_driver import until_end
+    from hivemind_chat_agent.core.turns import Progress
     clock = FakeClock()
     c = Carried(clock=clock)
-    handle = c.turns.open("mine", "t1", 10, check=lambda: None)
+    handle = open_turn(c.turns, timeout=10)
     clock.call_later(8, lambda: c.speak("still thinking", "mine", "t1"))
-    events = list(turn_events(handle, lambda: c.turns.expire(handle), clock))
-    assert [e.text for e in events if isinstance(e, Sentence)] == ["still thinking"]
-    assert isinstance(events[-1], Ended) and events[-1].state is Progress.TIMED_OUT
+    ended = until_end(handle, lambda: c.turns.expire(handle), clock)
+    assert heard(handle) == ["still thinking"] and ended.state is Progress.TIMED_OUT
     assert clock.now() == 18
 
 
@@ -172,7 +187,7 @@ def test_the_first_speaker_is_told_once(tmp_path):
     """The agent relaxes its churn gate when the hub answers through our plugin."""
     told = []
     c = ready_connection(tmp_path, on_speaker=told.append)
-    handle = c.turns.open("mine", "t1", 5, check=lambda: None)
+    handle = open_turn(c.turns)
     for _ in range(2):
         say(c, "hi", meta={"skill": "hivemind-chat-agent-plugin"})
     assert heard(handle) == ["hi", "hi"] and told == ["hivemind-chat-agent-plugin"]
@@ -190,17 +205,17 @@ def test_a_send_that_races_the_hubs_pin_refusal_raises_the_refusal(tmp_path):
     late_close.start()
     try:
         with pytest.raises(ClientKeyRefusedError, match="reset-noise-pin"):
-            c.start_turn(Session("mine"), "hello", "t1", timeout=5)
+            c.start_turn(Session("mine"), "hello", "t1", timeout=5, sink=Heard())
     finally:
         late_close.cancel()
 
 
 def test_a_tampered_frame_ends_the_turns_as_lost_and_closes(tmp_path):
     from hivemind_chat_agent.core.frames import Opened, Verdict
-    from hivemind_chat_agent.core.turns import Ended, Progress
+    from hivemind_chat_agent.core.turns import Progress
     c = ready_connection(tmp_path)
-    handle = c.turns.open("mine", "t1", 5, check=lambda: None)
+    handle = open_turn(c.turns)
     c.on_socket_untrusted(Opened(Verdict.TAMPERED, why="bad tag"))
-    ended = handle.next_event(FakeClock(), 0)
-    assert isinstance(ended, Ended) and ended.state is Progress.LOST
+    ended = handle.wait_end(FakeClock(), 0)
+    assert ended is not None and ended.state is Progress.LOST
     assert not c.alive

@@ -52,8 +52,8 @@ def on_turn_sent(monkeypatch):
     hooks = []
     start_turn = HubConnection.start_turn
 
-    def spy(self, session, utterance, tag, timeout):
-        handle = start_turn(self, session, utterance, tag, timeout)
+    def spy(self, session, utterance, tag, timeout, sink):
+        handle = start_turn(self, session, utterance, tag, timeout, sink)
         for fn in hooks:
             fn(tag)
         return handle

@@ -1,51 +1,89 @@
 """The turns one connection carries, and which of them a reply from the hub belongs to.
 
 Bookkeeping only, no socket: `HubConnection` (the I/O shell) tells it what it sent and hands it
-what the hub said; it answers with the events for the waiting caller, and whether the reply
-refreshes a Session. The decisions themselves are `core/turns.TurnTable`'s (which turn, when it
-is over) and `core/ownership.claim`'s (whose session id); this object keeps them consistent
-under one lock, per connection.
+what the hub said; each turn's sentences go straight to its `TurnSink` (the caller's
+`ChatTurn`, the one place they are kept) and its end to the driver waiting on its
+`TurnHandle`; it answers whether the reply refreshes a Session. The decisions themselves are
+`core/turns.TurnTable`'s (which turn, when it is over) and `core/ownership.claim`'s (whose
+session id); this object keeps them consistent under one lock, per connection.
 """
 import threading
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from dataclasses import replace
-from typing import Callable, Deque, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Protocol, Tuple
 
 from ovos_bus_client.message import Message
 from ovos_utils.log import LOG
 
 from hivemind_chat_agent.client.session_book import SessionBook
 from hivemind_chat_agent.core.clock import Clock
+from hivemind_chat_agent.core.outcomes import Outcome
 from hivemind_chat_agent.core.ownership import claim, namespace_of
 from hivemind_chat_agent.core.replies import Reply, ReplyKind
-from hivemind_chat_agent.core.turns import Absorb, EndReason, Event, Routing, Turn, TurnTable
+from hivemind_chat_agent.core.turns import (
+    Absorb,
+    Ended,
+    EndReason,
+    Event,
+    Routing,
+    Sentence,
+    Turn,
+    TurnTable,
+)
 from hivemind_chat_agent.errors import HiveMindChatError
 
 
-class TurnHandle:
-    """What a caller waits on: the turn's state machine plus an inbox of its events."""
+class TurnSink(Protocol):
+    """Where one turn goes as it happens: the one hand-off between the socket side and the
+    caller's object (client/chat_turn.ChatTurn implements it). The connection's socket thread
+    calls `add_sentence` the moment a sentence of the turn arrives, and `hub_stopped` when a
+    skill says it stopped; the turn's driver calls `end` once, after the turn was judged and
+    its resources given back. Each call is short (no I/O, no waiting): the socket thread
+    makes it holding its connection's turn lock."""
 
-    def __init__(self, turn: Turn):
+    def add_sentence(self, text: str) -> None:
+        """The next sentence of the answer, in order."""
+
+    def hub_stopped(self, skill_id: str) -> None:
+        """A skill on the hub said it stopped this answer (barge-in)."""
+
+    def end(self, outcome: Outcome) -> None:
+        """The turn is over and its session free; nothing more comes."""
+
+
+class TurnHandle:
+    """One turn as its connection carries it: the state machine (`turn`), the sink its
+    sentences go to as they arrive, and its end, which the turn's driver waits for. It keeps
+    no sentence itself: the sink holds them, once."""
+
+    def __init__(self, turn: Turn, sink: TurnSink):
         self.turn = turn
-        self._inbox: Deque[Event] = deque()
+        self.sink = sink
+        self._ended: Optional[Ended] = None
         self._arrived = threading.Condition()
         self.error: Optional[HiveMindChatError] = None   # why the hub refused it, if it did
         self.message: Optional[Message] = None           # what was sent, for a topic retry
         self.heard = False                               # some reply of this turn arrived
 
-    def push(self, events: List[Event]) -> None:
-        if events:
+    def take(self, events: List[Event]) -> None:
+        """The events the turn's state machine gave out: sentences to the sink, the end (only
+        the first: a state machine gives one) to the driver waiting in `wait_end`."""
+        for event in events:
+            if isinstance(event, Sentence):
+                self.sink.add_sentence(event.text)
+                continue
             with self._arrived:
-                self._inbox.extend(events)
-                self._arrived.notify_all()
+                if self._ended is None:
+                    self._ended = event
+                    self._arrived.notify_all()
 
-    def next_event(self, clock: Clock, timeout: float) -> Optional[Event]:
-        """The oldest event not taken yet, waiting up to `timeout` seconds on `clock` for one;
-        None when none came."""
+    def wait_end(self, clock: Clock, timeout: float) -> Optional[Ended]:
+        """The turn's end, waiting up to `timeout` seconds on `clock` for it; None if it has
+        not come by then."""
         with self._arrived:
-            if not self._inbox and timeout > 0:
+            if self._ended is None and timeout > 0:
                 clock.wait(self._arrived, timeout)
-            return self._inbox.popleft() if self._inbox else None
+            return self._ended
 
 
 class CarriedTurns:
@@ -61,12 +99,12 @@ class CarriedTurns:
         self._namespace: Optional[str] = None   # our prefix on a 4.13-4.14 hub, once seen
         self.untagged = False                   # the hub dropped our turn tag from some reply
 
-    def open(self, session_id: str, tag: str, timeout: float,
-             check: Callable[[], None]) -> TurnHandle:
-        """A new turn of this session; `check` raises, under the lock, if the connection can
-        no longer take it."""
+    def open(self, session_id: str, tag: str, timeout: float, sink: TurnSink,
+             check: Callable[[], None] = lambda: None) -> TurnHandle:
+        """A new turn of this session, its sentences going to `sink`; `check` raises, under
+        the lock, if the connection can no longer take it."""
         handle = TurnHandle(Turn(session_id=session_id, tag=tag, timeout=timeout,
-                                 started_at=self.clock.now()))
+                                 started_at=self.clock.now()), sink)
         with self._lock:
             check()
             self._table.open(handle.turn)
@@ -87,11 +125,11 @@ class CarriedTurns:
 
     def expire(self, handle: TurnHandle) -> None:
         with self._lock:
-            handle.push(handle.turn.expire(self.clock.now()))
+            handle.take(handle.turn.expire(self.clock.now()))
 
     def abort(self, handle: TurnHandle, reason: str) -> None:
         with self._lock:
-            handle.push(handle.turn.abort(reason))
+            handle.take(handle.turn.abort(reason))
 
     def is_open(self, session_id: str) -> bool:
         with self._lock:
@@ -110,12 +148,12 @@ class CarriedTurns:
         with self._lock:
             for handle in list(self._handles.values()) if handles is None else handles:
                 handle.error = error
-                handle.push(handle.turn.lose(str(error), EndReason.REFUSED))
+                handle.take(handle.turn.lose(str(error), EndReason.REFUSED))
 
     def lose_all(self, reason: str, kind: EndReason = EndReason.NONE) -> None:
         with self._lock:
             for handle in self._handles.values():
-                handle.push(handle.turn.lose(reason, kind))
+                handle.take(handle.turn.lose(reason, kind))
 
     def route(self, reply: Reply, own_id: str,
               sharing: bool) -> Tuple[Optional[Reply], Optional[Routing], bool]:
@@ -151,5 +189,5 @@ class CarriedTurns:
                 handle.heard = True
                 if reply.turn_tag is None:
                     self.untagged = True
-                handle.push(routing.events)
+                handle.take(routing.events)
             return reply, routing, unshare

@@ -1,11 +1,14 @@
-"""`ChatTurn`: one utterance and its answer, as the caller holds it (modelled on AmritaCore's ChatObject: docs/turns.md).
+"""`ChatTurn`: one utterance and its answer, as the caller holds it (modelled on AmritaCore's
+ChatObject: docs/turns.md).
 
-The turn runs by itself from the moment `begin()` returns: a driver (client/turn_driver.py)
-moves the connection's events in and releases the turn's resources when it ends, whether or
-not anyone reads it. This object only records what happened and hands it out: to iterators
-(threads), async iterators (event loops, woken with `call_soon_threadsafe`, never blocked), or
-one callback (sync or coroutine) that gets every sentence once, in order. Nothing here touches
-a socket; `terminate()` asks the driver to stop the hub's answer.
+The turn runs by itself from the moment `begin()` returns. It is the turn's `TurnSink`
+(client/carried_turns.py): the connection's socket thread adds each sentence here as it
+arrives, the one place a sentence is kept, and the driver (client/turn_driver.py) ends it once
+it has judged the end and released the turn's resources, whether or not anyone reads it. This
+object only records what happened and hands it out: to iterators (threads), async iterators
+(event loops, woken with `call_soon_threadsafe`, never blocked), or one callback (sync or
+coroutine) that gets every sentence once, in order. Nothing here touches a socket;
+`terminate()` asks the driver to stop the hub's answer.
 """
 import asyncio
 import inspect
@@ -153,11 +156,15 @@ class ChatTurn:
             return
         self._done.wait(TERMINATE_WAIT)
 
-    # ---- the driver's side ----
-    def _attach(self, terminate: Callable[[], None], driver: threading.Thread) -> None:
+    # ---- the driver's side: TurnSink (client/carried_turns.py) and who drives it ----
+    def attach_driver(self, terminate: Callable[[], None], driver: threading.Thread) -> None:
+        """`terminate` stops the turn on the hub (the driver's), `driver` is the thread
+        running it: terminate() never waits for that thread to free the session."""
         self._terminate, self._driver = terminate, driver
 
-    def _add_sentence(self, text: str) -> None:
+    def add_sentence(self, text: str) -> None:
+        """The next sentence (the connection's socket thread, holding its turn lock: this only
+        appends and wakes the readers). Ignored once the turn has ended."""
         with self._cond:
             if self._outcome is not None:
                 return
@@ -167,9 +174,11 @@ class ChatTurn:
                 self._times["first_sentence_at"] = time.time()
             self._wake()
 
-    def _end(self, outcome: Outcome) -> None:
-        """The turn is over and its resources are released."""
+    def end(self, outcome: Outcome) -> None:
+        """The turn is over and its resources are released (the driver, once)."""
         with self._cond:
+            if self._outcome is not None:
+                return
             self._outcome = outcome
             self._status = outcome.status
             self._expect_response = outcome.status is TurnStatus.ASKED
@@ -178,7 +187,8 @@ class ChatTurn:
                 self._done.set()
             self._wake()
 
-    def _hub_stopped(self, skill_id: str) -> None:
+    def hub_stopped(self, skill_id: str) -> None:
+        """A skill on the hub said it stopped this answer: the snapshot's `hub_stopped_at`."""
         with self._cond:
             if self._times["hub_stopped_at"] is None:
                 self._times["hub_stopped_at"] = time.time()
@@ -241,7 +251,7 @@ class ChatTurn:
         """`_follow` for an event loop: it waits without blocking the loop."""
         index = 0
         while True:
-            await self._until(lambda: index < len(self._sentences) or
+            await self._until(lambda i=index: i < len(self._sentences) or
                               self._outcome is not None)
             with self._cond:
                 sentence = self._next(index)

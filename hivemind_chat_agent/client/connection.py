@@ -28,7 +28,7 @@ from ovos_utils.log import LOG
 from websocket import WebSocketConnectionClosedException
 
 from hivemind_chat_agent import background
-from hivemind_chat_agent.client.carried_turns import CarriedTurns, TurnHandle
+from hivemind_chat_agent.client.carried_turns import CarriedTurns, TurnHandle, TurnSink
 from hivemind_chat_agent.client.config import ClientConfig
 from hivemind_chat_agent.client.satellite_reports import SatelliteReports
 from hivemind_chat_agent.client.session_book import SessionBook
@@ -198,13 +198,15 @@ class HubConnection:
         self._feed(self.link.failed, error)
 
     # ---- turns (caller's thread) ----
-    def start_turn(self, session: Session, utterance: str, tag: str,
-                   timeout: float) -> TurnHandle:
+    def start_turn(self, session: Session, utterance: str, tag: str, timeout: float,
+                   sink: TurnSink) -> TurnHandle:
+        """Send the utterance as a new turn of its session; its sentences go to `sink` as they
+        arrive, its end to the returned handle (TurnHandle.wait_end)."""
         def check():
             if not self.alive:
                 raise self.link.error or ConnectionLostError(
                     "the connection to the hub is closed; retry the turn")
-        handle = self.turns.open(session.session_id, tag, timeout, check)
+        handle = self.turns.open(session.session_id, tag, timeout, sink, check)
         try:
             return self._send_turn(handle, session, utterance, tag)
         except BaseException:
@@ -245,12 +247,12 @@ class HubConnection:
     def abort(self, handle: TurnHandle, reason: str) -> None:
         self.turns.abort(handle, reason)
 
-    def stop_answer(self, handle: TurnHandle,
-                    on_stopped: Callable[[str], None] = lambda skill: None) -> None:
-        """Barge-in: ask the hub to stop this session's answer the way OVOS does. Best
-        effort: the caller ends the turn here whatever the hub does."""
+    def stop_answer(self, handle: TurnHandle) -> None:
+        """Barge-in: ask the hub to stop this session's answer the way OVOS does; a skill's
+        answer reaches the turn's sink (`hub_stopped`). Best effort: the caller ends the turn
+        here whatever the hub does."""
         if not handle.turn.state.is_final:
-            self.reports.stop(handle.turn.session_id, handle.turn.tag, on_stopped)
+            self.reports.stop(handle.turn.session_id, handle.turn.tag, handle.sink.hub_stopped)
 
     def finish_turn(self, handle: TurnHandle, stopped: bool = False) -> None:
         self.turns.finish(handle, stopped)

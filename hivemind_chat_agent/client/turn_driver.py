@@ -1,22 +1,24 @@
 """Carries one turn from its utterance to its release, on a thread of its own.
 
 `send()` (the caller's thread, the session's lock held) leases a connection and sends the
-utterance; `run()` then moves the connection's events into the `ChatTurn`, judges the end
-(core/outcomes.py) and gives everything back: the turn's place in the connection's table, the
-lease, the session's saved state and lock. It runs whether or not anyone reads the turn, so a
-turn nobody reads still ends, at the latest at its timeout, and frees its session.
+utterance with the `ChatTurn` as the turn's sink: the connection's socket thread adds each
+sentence to it directly. `run()` waits for the turn's end (expiring it at its deadline),
+judges it (core/outcomes.py), gives everything back (the turn's place in the connection's
+table, the lease, the session's saved state and lock) and then ends the `ChatTurn`. It runs
+whether or not anyone reads the turn, so a turn nobody reads still ends, at the latest at its
+timeout, and frees its session.
 """
 import threading
 import uuid
 from contextlib import ExitStack
-from typing import Callable, Iterator, Optional, Protocol, Set, Tuple
+from typing import Callable, Optional, Protocol, Set, Tuple
 
 from ovos_bus_client.session import Session
 from ovos_utils.log import LOG
 
 from hivemind_chat_agent import background
 from hivemind_chat_agent.client.abandonment import Abandonment
-from hivemind_chat_agent.client.carried_turns import TurnHandle
+from hivemind_chat_agent.client.carried_turns import TurnHandle, TurnSink
 from hivemind_chat_agent.client.chat_turn import ChatTurn
 from hivemind_chat_agent.client.config import ClientConfig
 from hivemind_chat_agent.client.connection import HubConnection
@@ -24,7 +26,7 @@ from hivemind_chat_agent.client.pool import ConnectionPool
 from hivemind_chat_agent.client.session_book import SessionBook
 from hivemind_chat_agent.core.clock import Clock
 from hivemind_chat_agent.core.outcomes import Outcome, TurnStatus, judge
-from hivemind_chat_agent.core.turns import Ended, EndReason, Event, Sentence
+from hivemind_chat_agent.core.turns import Ended, EndReason
 from hivemind_chat_agent.errors import HiveMindChatError
 
 
@@ -59,8 +61,6 @@ class TurnDriver:
         # what a retry sends again: the turn id (our tag) names the turn on the hub
         self._resend: Optional[Tuple[Session, str, str]] = None
         self._retried = False
-        self._delivered = 0     # sentences the caller has; a retry's first ones are skipped
-        self._skip = 0
         self._last_end: Optional[Ended] = None
 
     def send(self, session: Session, utterance: str,
@@ -76,7 +76,7 @@ class TurnDriver:
                 abandonment.check()
             self._resend = (session, utterance, uuid.uuid4().hex)
             self.handle = self.conn.start_turn(session, utterance, self._resend[2],
-                                               agent.settings.timeout)
+                                               agent.settings.timeout, self.turn)
         except BaseException:
             self.release(None)
             raise
@@ -85,9 +85,9 @@ class TurnDriver:
         turn = self.turn
         outcome: Optional[Outcome] = None
         try:
-            outcome = self._drive(turn)
+            outcome = self._drive()
             if self._may_retry(outcome) and self._retry():
-                outcome = self._drive(turn)
+                outcome = self._drive()
         except Exception as e:   # ours, never the hub's: still end the turn and free it
             LOG.exception("a turn's driver failed")
             error = e if isinstance(e, HiveMindChatError) else HiveMindChatError(
@@ -101,22 +101,14 @@ class TurnDriver:
             outcome = outcome or Outcome(TurnStatus.LOST, HiveMindChatError(
                 "the turn ended without an outcome"), in_step=False)
             self.release(outcome)
-            turn._end(outcome)
+            turn.end(outcome)
 
-    def _drive(self, turn: ChatTurn) -> Optional[Outcome]:
-        """The current attempt's events into the ChatTurn, until its end."""
-        outcome = None
-        for event in self._events():
-            if isinstance(event, Sentence):
-                if self._skip:       # the caller has it from the attempt before
-                    self._skip -= 1
-                    continue
-                self._delivered += 1
-                turn._add_sentence(event.text)
-            else:
-                self._last_end = event
-                outcome = self._judge(event)
-        return outcome
+    def _drive(self) -> Outcome:
+        """Wait for the current attempt's end (its sentences reach the ChatTurn on their
+        own) and judge it."""
+        conn, handle = self.conn, self.handle
+        self._last_end = until_end(handle, lambda: conn.expire(handle), conn.turns.clock)
+        return self._judge(self._last_end)
 
     def _may_retry(self, outcome: Optional[Outcome]) -> bool:
         """Once, for a turn whose connection was lost before its end, on a hub that keeps
@@ -141,7 +133,9 @@ class TurnDriver:
         session, utterance, tag = self._resend
         try:
             self.conn = agent.pool.acquire(session)
-            self.handle = self.conn.start_turn(session, utterance, tag, agent.settings.timeout)
+            # the hub replays the answer from its first sentence: the caller has some already
+            self.handle = self.conn.start_turn(session, utterance, tag, agent.settings.timeout,
+                                               Resumed(self.turn, len(self.turn.sentences)))
         except HiveMindChatError as e:
             LOG.warning(f"a lost turn could not be sent again: {e}")
             if self.conn is not None:
@@ -149,13 +143,12 @@ class TurnDriver:
                 self.conn = None
             return False
         LOG.info("the connection was lost mid-turn; the turn was sent again by its id")
-        self._skip = self._delivered
         return True
 
     def adopt(self, thread: Optional[threading.Thread] = None) -> None:
         """Make `thread` (this one by default) the turn's driver: the ChatTurn then knows
         whom terminate() asks, and not to wait for itself."""
-        self.turn._attach(self.terminate, thread or threading.current_thread())
+        self.turn.attach_driver(self.terminate, thread or threading.current_thread())
 
     def terminate(self) -> None:
         """Barge-in (any thread): tell the hub to stop this session's answer, then end the
@@ -164,7 +157,7 @@ class TurnDriver:
         if conn is None or handle is None or handle.turn.state.is_final:
             return
         self._terminated = True
-        conn.stop_answer(handle, on_stopped=self.turn._hub_stopped)
+        conn.stop_answer(handle)
         conn.abort(handle, "stopped by the caller")
 
     def release(self, outcome: Optional[Outcome]) -> None:
@@ -190,13 +183,9 @@ class TurnDriver:
             self.on_release()
             self._session_lock.lock.release()
 
-    def _events(self) -> Iterator[Event]:
-        conn, handle = self.conn, self.handle
-        return turn_events(handle, lambda: conn.expire(handle), conn.turns.clock)
-
     def _judge(self, event: Ended) -> Outcome:
         handle = self.handle
-        outcome = judge(event, spoke=bool(handle.turn.sentences), refusal=handle.error,
+        outcome = judge(event, spoke=handle.turn.spoken > 0, refusal=handle.error,
                         terminated=self._terminated, agent_closed=self.agent.closed,
                         timeout=self.agent.settings.timeout)
         if outcome.status is TurnStatus.TIMED_OUT and outcome.error is None:
@@ -206,19 +195,35 @@ class TurnDriver:
         return outcome
 
 
-def turn_events(handle: TurnHandle, expire: Callable[[], None],
-                clock: Clock) -> Iterator[Event]:
-    """The turn's events as they come, up to and including its end. Each wait lasts until the
-    turn's deadline on `clock`; one that runs out calls `expire`, which ends the turn (timeout)
-    unless a sentence rolled the deadline forward meanwhile."""
+def until_end(handle: TurnHandle, expire: Callable[[], None], clock: Clock) -> Ended:
+    """The turn's end, waiting for it until the turn's deadline on `clock`; a wait that runs
+    out calls `expire`, which ends the turn (timeout) unless a sentence rolled the deadline
+    forward meanwhile, and then waits for the new deadline."""
     while True:
-        event = handle.next_event(clock, handle.turn.deadline - clock.now())
-        if event is None:
-            expire()
-            continue
-        yield event
-        if isinstance(event, Ended):
+        ended = handle.wait_end(clock, handle.turn.deadline - clock.now())
+        if ended is not None:
+            return ended
+        expire()
+
+
+class Resumed:
+    """A turn's sink for its attempt sent again: the first `skip` sentences of the replayed
+    answer are the ones the caller already has (the TurnSink protocol, passing on the rest)."""
+
+    def __init__(self, sink: TurnSink, skip: int):
+        self.sink, self.skip = sink, skip
+
+    def add_sentence(self, text: str) -> None:
+        if self.skip:
+            self.skip -= 1
             return
+        self.sink.add_sentence(text)
+
+    def hub_stopped(self, skill_id: str) -> None:
+        self.sink.hub_stopped(skill_id)
+
+    def end(self, outcome: Outcome) -> None:
+        self.sink.end(outcome)
 
 
 def start_driver(driver: TurnDriver) -> threading.Thread:

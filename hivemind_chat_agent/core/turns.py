@@ -73,13 +73,15 @@ Event = Union[Sentence, Ended]
 
 @dataclass
 class Turn:
-    """One utterance and its answer. The deadline rolls forward on every sentence."""
+    """One utterance and its answer. The deadline rolls forward on every sentence. It counts
+    the sentences it gave out (`spoken`) but keeps none: they are the caller's, held once, by
+    whatever the events are handed to (client/chat_turn.ChatTurn)."""
     session_id: str
     tag: str
     timeout: float
     started_at: float
     state: Progress = Progress.WAITING
-    sentences: List[str] = field(default_factory=list)
+    spoken: int = 0                      # sentences given out as events so far
     deadline: float = 0.0
     speak_type: Optional[str] = None     # first speak topic seen; the other name is a duplicate
     answers: Optional[str] = None        # tag of the question this utterance was taken to answer
@@ -101,7 +103,7 @@ class Turn:
             self.deadline = now + self.timeout
             events: List[Event] = []
             if reply.utterance.strip():
-                self.sentences.append(reply.utterance)
+                self.spoken += 1
                 events.append(Sentence(reply.utterance))
             if reply.expect_response:
                 events += self._end(Progress.ASKED, "the hub waits for the user's answer")
