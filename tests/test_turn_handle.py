@@ -81,7 +81,7 @@ def test_a_hub_killed_mid_turn_is_lost(own_hub, make_agent):
     creds = own_hub.add_client()
     agent = make_agent(creds.agent_config(timeout=20))
     turn = agent.begin(user("slow 5 1"), session_id="h-lost")
-    time.sleep(0.3)
+    next(iter(turn))                                   # mid-turn: its first sentence came
     own_hub.kill()
     with pytest.raises(ConnectionLostError):
         turn.full_response(timeout=5)
@@ -106,7 +106,9 @@ def test_terminate_is_barge_in_and_nothing_of_it_reaches_the_next_turn(creds, ma
     assert snap["status"] == "cancelled" and snap["sentences"] == [first] and snap["ended_at"]
     nxt = agent.begin(user("count 2"), session_id="h-barge")
     assert list(nxt) == ["sentence 1", "sentence 2"]
-    time.sleep(1.5)                                    # the stopped answer runs out meanwhile
+    ran_out = start + 8 * 0.15                 # the stopped answer has run out by then: turns
+    while time.monotonic() < ran_out:          # of the session meanwhile hear their own only
+        assert agent.get_response("slow 1 0.1", session_id="h-barge") == "slow sentence 1"
     assert agent.get_response("count 2", session_id="h-barge") == "sentence 1\nsentence 2"
     assert not any("slow" in s for s in heard_between_turns), heard_between_turns
     sub.close()
@@ -152,11 +154,12 @@ def test_a_callback_gets_every_sentence_once_in_order(creds, make_agent):
 def test_a_callback_set_after_begin_still_gets_the_first_sentences(creds, make_agent):
     agent = make_agent(creds.agent_config())
     turn = agent.begin(user("count 4"), session_id="h-late-callback")
-    time.sleep(0.3)                           # every sentence has arrived already
+    turn.full_response(timeout=5)             # every sentence has arrived already
     got = []
     turn.set_callback_func(got.append)
+    assert not turn.is_done()                 # done again once the callback had them all
     turn.full_response(timeout=5)
-    assert got == [f"sentence {i}" for i in range(1, 5)]
+    assert got == [f"sentence {i}" for i in range(1, 5)] and turn.is_done()
 
 
 def test_a_coroutine_callback_on_a_synchronous_turn(creds, make_agent):
@@ -186,8 +189,8 @@ def test_a_failing_callback_is_logged_and_the_turn_goes_on(creds, make_agent):
 
 def test_shutdown_mid_turn_ends_it_as_lost_saying_so(creds, make_agent):
     agent = make_agent(creds.agent_config(timeout=10))
-    turn = agent.begin(user("slow 5 1"), session_id="h-shutdown")
-    time.sleep(0.2)
+    turn = agent.begin(user("slow 5 0.3"), session_id="h-shutdown")
+    next(iter(turn))                                   # mid-turn: its first sentence came
     agent.shutdown()
     with pytest.raises(Exception) as raised:
         turn.full_response(timeout=5)
@@ -204,7 +207,7 @@ def test_a_hub_refusing_the_stop_is_named_once_and_turns_still_stop(hub, generat
         pytest.skip("hivemind-core 4.0 drops a refused type without an answer")
     creds = hub.add_client(allow=[t for t in CLIENT_TOPICS if t != STOP])
     agent = make_agent(creds.agent_config(timeout=10))
-    for round_ in range(2):
+    for _round in range(2):
         turn = agent.begin(user("slow 6 0.15"), session_id="h-no-stop")
         next(iter(turn))
         turn.terminate()
@@ -217,20 +220,39 @@ def test_a_hub_refusing_the_stop_is_named_once_and_turns_still_stop(hub, generat
 
 def test_ctrl_c_inside_continue_chat_stops_the_turn_and_frees_the_session(creds, make_agent,
                                                                           monkeypatch):
-    """continue_chat drives its turn on the caller's thread, where Ctrl-C lands."""
-    from hivemind_chat_agent.client.turn_driver import Sentence, TurnDriver
-    events = TurnDriver._events
+    """continue_chat drives its turn on the caller's thread, where Ctrl-C lands: a real SIGINT
+    to this (the main) thread once the first sentence has reached the turn."""
+    import signal
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("SIGINT reaches only the main thread")
+    add_sentence = ChatTurn.add_sentence
 
-    def interrupted(self):
-        for event in events(self):
-            yield event
-            if isinstance(event, Sentence):
-                raise KeyboardInterrupt
+    def then_ctrl_c(self, text):
+        add_sentence(self, text)
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
     agent = make_agent(creds.agent_config(timeout=10))
-    monkeypatch.setattr(TurnDriver, "_events", interrupted)
+    monkeypatch.setattr(ChatTurn, "add_sentence", then_ctrl_c)
     with pytest.raises(KeyboardInterrupt):
         agent.get_response("slow 6 0.15", session_id="h-ctrl-c")
-    monkeypatch.setattr(TurnDriver, "_events", events)
+    monkeypatch.setattr(ChatTurn, "add_sentence", add_sentence)
     start = time.monotonic()
     assert agent.get_response("count 2", session_id="h-ctrl-c") == "sentence 1\nsentence 2"
     assert time.monotonic() - start < 1.0
+
+
+@pytest.mark.parametrize("ask, status", [("slow 3 0.1", TurnStatus.ANSWERED),
+                                         ("silence", TurnStatus.TIMED_OUT)])
+def test_a_turn_nobody_reads_still_ends_and_frees_its_session(creds, make_agent, ask, status):
+    """No iterator, no callback, no wait: the turn ends by itself (answered, or at its timeout)
+    and the session's next turn goes through; what the unread turn heard is all there."""
+    agent = make_agent(creds.agent_config(timeout=1))
+    unread = agent.begin(user(ask), session_id=f"h-unread-{status.value}")
+    nxt = agent.begin(user("count 2"), session_id=f"h-unread-{status.value}")   # waits for it
+    assert nxt.full_response(timeout=5) == "sentence 1\nsentence 2"
+    try:
+        unread.full_response(timeout=5)     # its session is free: only its end() is to come
+    except TurnTimeoutError:
+        pass
+    assert unread.status is status
+    assert unread.sentences == ([f"slow sentence {i}" for i in (1, 2, 3)]
+                                if status is TurnStatus.ANSWERED else [])

@@ -322,3 +322,72 @@ def test_a_hubs_failure_reason_becomes_its_typed_error(reason, error):
     outcome = judge(Ended(Progress.UNMATCHED, "why", EndReason.read(reason)), spoke=False,
                     refusal=None, terminated=False, agent_closed=False, timeout=10)
     assert outcome.status is TurnStatus.FAILED and type(outcome.error).__name__ == error
+
+
+# ---- one turn through the client, socket-free: nobody reads it, it still ends ----
+class OneConnection:
+    """The pool as a turn's driver uses it, holding one ready connection (the pool's own
+    policies are tests/test_pool.py's); it counts what the driver leased and gave back."""
+
+    def __init__(self, conn, clock):
+        from hivemind_chat_agent.client.churn_gate import ChurnGate
+        self.conn, self.leases, self.discarded = conn, 0, []
+        self.gate = ChurnGate(0, stagger=0, clock=clock)
+
+    def acquire(self, session, abandonment=None):
+        self.leases += 1
+        return self.conn
+
+    def release(self, conn):
+        self.leases -= 1
+
+    def discard(self, session_id):
+        self.discarded.append(session_id)
+
+
+class Host:
+    """What client/turn_driver.TurnHost asks of the agent, from real parts."""
+
+    def __init__(self, pool, config):
+        from hivemind_chat_agent.client.session_book import SessionBook
+        self.pool, self.settings, self.sessions = pool, config, SessionBook("d")
+        self.hub_keeps_turns, self.closed = False, False
+
+    def sessions_in_use(self, current):
+        return {current}
+
+
+def test_a_turn_nobody_reads_still_ends_at_its_deadline_and_frees_its_session(tmp_path):
+    """The driver alone ends an unread turn: at its rolling deadline on the clock, with the
+    sentence that came kept once, in the ChatTurn; the lease, the connection's turn and the
+    session's lock are given back before the turn says it is done."""
+    import threading
+    from types import SimpleNamespace
+
+    from fake_clock import FakeClock
+    from ovos_bus_client.session import Session
+    from test_connection_routing import ready_connection, say
+
+    from hivemind_chat_agent.client.chat_turn import ChatTurn
+    from hivemind_chat_agent.client.turn_driver import TurnDriver
+    from hivemind_chat_agent.core.outcomes import TurnStatus
+    clock = FakeClock()
+    conn = ready_connection(tmp_path, clock=clock)
+    pool = OneConnection(conn, clock)
+    host = Host(pool, conn.config)
+    session_lock = SimpleNamespace(lock=threading.Lock())
+    session_lock.lock.acquire()              # as the agent holds it from send() on
+    driver = TurnDriver(host, "mine", session_lock)
+    turn = driver.turn = ChatTurn("mine", "hello", "en-US")
+    driver.send(Session("mine"), "hello")
+    tag = driver.handle.turn.tag
+    clock.call_later(8, lambda: say(conn, "still thinking", tag))
+    driver.adopt()
+    driver.run()                             # nobody iterates: only the clock moves it
+    assert clock.now() == 8 + conn.config.timeout
+    assert turn.status is TurnStatus.TIMED_OUT and turn.is_done()
+    assert turn.sentences == ["still thinking"] and turn.get_exception() is None
+    assert not session_lock.lock.locked() and pool.leases == 0
+    assert not conn.turns.is_open("mine")
+    say(conn, "too late", tag)               # the hub's late words reach nobody
+    assert turn.sentences == ["still thinking"]
