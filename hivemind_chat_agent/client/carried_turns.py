@@ -181,7 +181,7 @@ class CarriedTurns:
             if reply.kind is ReplyKind.STOPPED:
                 return reply, None, unshare
             routing = self._table.route(reply, self.clock.now())
-            if routing.absorb is not Absorb.NOTHING:
+            if routing.absorb is not Absorb.NOTHING and reply.session is not None:
                 self._book.absorb(reply.session_id, reply.session,
                                   response_mode_only=routing.absorb is Absorb.RESPONSE_MODE)
             if routing.turn is not None:

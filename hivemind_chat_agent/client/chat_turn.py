@@ -250,9 +250,11 @@ class ChatTurn:
     async def _afollow(self) -> AsyncIterator[str]:
         """`_follow` for an event loop: it waits without blocking the loop."""
         index = 0
+
+        def more() -> bool:   # the next sentence, or the end, is there
+            return index < len(self._sentences) or self._outcome is not None
         while True:
-            await self._until(lambda i=index: i < len(self._sentences) or
-                              self._outcome is not None)
+            await self._until(more)
             with self._cond:
                 sentence = self._next(index)
             if sentence is None:

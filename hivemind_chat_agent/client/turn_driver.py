@@ -76,13 +76,13 @@ class TurnDriver:
                 abandonment.check()
             self._resend = (session, utterance, uuid.uuid4().hex)
             self.handle = self.conn.start_turn(session, utterance, self._resend[2],
-                                               agent.settings.timeout, self.turn)
+                                               agent.settings.timeout, self._chat_turn())
         except BaseException:
             self.release(None)
             raise
 
     def run(self) -> None:
-        turn = self.turn
+        turn = self._chat_turn()
         outcome: Optional[Outcome] = None
         try:
             outcome = self._drive()
@@ -106,7 +106,7 @@ class TurnDriver:
     def _drive(self) -> Outcome:
         """Wait for the current attempt's end (its sentences reach the ChatTurn on their
         own) and judge it."""
-        conn, handle = self.conn, self.handle
+        conn, handle = self._attempt()
         self._last_end = until_end(handle, lambda: conn.expire(handle), conn.turns.clock)
         return self._judge(self._last_end)
 
@@ -124,7 +124,9 @@ class TurnDriver:
     def _retry(self) -> bool:
         """Send the turn again, same id, on a new connection; False (the loss stands) when no
         connection can be had."""
-        agent, old, handle = self.agent, self.conn, self.handle
+        (agent, turn), (old, handle) = (self.agent, self._chat_turn()), self._attempt()
+        if self._resend is None:      # _may_retry() made sure it is not
+            return False
         self._retried = True
         old.finish_turn(handle)
         agent.pool.release(old)
@@ -135,7 +137,7 @@ class TurnDriver:
             self.conn = agent.pool.acquire(session)
             # the hub replays the answer from its first sentence: the caller has some already
             self.handle = self.conn.start_turn(session, utterance, tag, agent.settings.timeout,
-                                               Resumed(self.turn, len(self.turn.sentences)))
+                                               Resumed(turn, len(turn.sentences)))
         except HiveMindChatError as e:
             LOG.warning(f"a lost turn could not be sent again: {e}")
             if self.conn is not None:
@@ -148,7 +150,7 @@ class TurnDriver:
     def adopt(self, thread: Optional[threading.Thread] = None) -> None:
         """Make `thread` (this one by default) the turn's driver: the ChatTurn then knows
         whom terminate() asks, and not to wait for itself."""
-        self.turn.attach_driver(self.terminate, thread or threading.current_thread())
+        self._chat_turn().attach_driver(self.terminate, thread or threading.current_thread())
 
     def terminate(self) -> None:
         """Barge-in (any thread): tell the hub to stop this session's answer, then end the
@@ -183,8 +185,19 @@ class TurnDriver:
             self.on_release()
             self._session_lock.lock.release()
 
+    def _chat_turn(self) -> ChatTurn:
+        if self.turn is None:
+            raise RuntimeError("TurnDriver.turn is set before the turn is sent")
+        return self.turn
+
+    def _attempt(self) -> Tuple[HubConnection, TurnHandle]:
+        """The connection and handle of the attempt under way (send() or a retry set them)."""
+        if self.conn is None or self.handle is None:
+            raise RuntimeError("no attempt of this turn is under way")
+        return self.conn, self.handle
+
     def _judge(self, event: Ended) -> Outcome:
-        handle = self.handle
+        handle = self._attempt()[1]
         outcome = judge(event, spoke=handle.turn.spoken > 0, refusal=handle.error,
                         terminated=self._terminated, agent_closed=self.agent.closed,
                         timeout=self.agent.settings.timeout)

@@ -54,7 +54,7 @@ class EndReason(str, Enum):
     REFUSED = "refused"              # the hub refused this client (key, policy)
 
     @classmethod
-    def read(cls, value) -> "EndReason":
+    def read(cls, value: object) -> "EndReason":
         try:
             return cls(value or "")
         except ValueError:
@@ -86,7 +86,7 @@ class Turn:
     speak_type: Optional[str] = None     # first speak topic seen; the other name is a duplicate
     answers: Optional[str] = None        # tag of the question this utterance was taken to answer
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         self.deadline = self.started_at + self.timeout
 
     def receive(self, reply: Reply, now: float) -> List[Event]:
@@ -192,7 +192,7 @@ class TurnTable:
 
     MAX_OWED = 16   # per session; a hub that never sends `handled` must not grow us
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._convs: Dict[str, _Conversation] = {}
 
     def open(self, turn: Turn) -> None:
@@ -234,7 +234,7 @@ class TurnTable:
         if kind is ReplyKind.HANDLED:
             paid = tag if tag is not None else (conv.owed[0] if conv and conv.owed else None)
             return self._handled(sid, conv, turn, paid)
-        if mine:
+        if mine and conv is not None and turn is not None:   # (mine: both are)
             if kind is ReplyKind.ANSWER_TAKEN and tag in (None, turn.tag):
                 self._answer_taken(conv, turn, reply.skill_id)
             return Routing(turn, turn.receive(reply, now), absorb=Absorb.ALL)
@@ -249,7 +249,8 @@ class TurnTable:
             return Routing(aside=aside)
         return Routing(ignored=f"{reply.msg_type} of an earlier or stopped turn")
 
-    def _handled(self, sid, conv, turn, paid) -> Routing:
+    def _handled(self, sid: str, conv: Optional[_Conversation], turn: Optional[Turn],
+                 paid: Optional[str]) -> Routing:
         """Pays the utterance's debt; ends the running turn if it was its own, or the question's
         its answer was waiting for. Untagged, it pays the oldest debt (a hub that drops context
         still answers utterances in order)."""
