@@ -11,10 +11,17 @@ import time
 
 import openai
 import pytest
+from fronts import Server, running, say
 from hubs import HubProcess, free_port, plugin_config, wait_listening
-from test_openai_server import Server, say, served  # noqa: F401 (a fixture)
 
 from hivemind_chat_agent.bridges.http_front import Limits
+
+
+@pytest.fixture
+def served(creds, make_agent):
+    """`hivemind-chat openai` in-process on the session's hub."""
+    with running(make_agent(creds.agent_config(timeout=5))) as server:
+        yield server
 
 CLI = os.path.join(os.path.dirname(sys.executable), "hivemind-chat")
 CHAT = "/v1/chat/completions"
@@ -51,7 +58,8 @@ def test_a_web_page_can_neither_rebind_nor_post_to_the_hub(served):
     rebound to 127.0.0.1, reached the hub before: now 415, 403 and 421, and nothing ran."""
     attacks = [{"Host": "evil.example"}, {"Host": "evil.example:8080"},
                {"Origin": "https://attacker.example"}, {"Origin": "null"},
-               {"Content-Type": "text/plain"}, {"Content-Type": "application/x-www-form-urlencoded"}]
+               {"Content-Type": "text/plain"},
+               {"Content-Type": "application/x-www-form-urlencoded"}]
     statuses = [post(served.port, chat("remember pwned", user="victim"), attack)[0]
                 for attack in attacks]
     assert statuses == [421, 421, 403, 403, 415, 415]
@@ -275,7 +283,7 @@ def test_abandoned_requests_stop_their_turns_and_free_the_hub(talking_hub, make_
         assert answer(post(server.port, chat("hello", user="next caller"))) == "hello there"
         body = json.dumps(chat("talk 100 1")).encode()
         abandoned = []
-        for k in range(40):
+        for _ in range(40):
             sock = socket.create_connection(("127.0.0.1", server.port))
             sock.sendall(f"POST {CHAT} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
                          f"application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
