@@ -1,12 +1,14 @@
 """The HTTP fronts as the tests run them: `hivemind-chat openai`'s server in-process (`Server`,
-`running`), the command itself (`front_command`), and one chat turn through the official
-`openai` client (`say`). Shared by test_openai_server.py and test_front_security.py."""
+`running`), the command itself (`front_command`), one chat turn through the official `openai`
+client (`say`), and waiting for a state (`until`). Shared by test_openai_server.py and
+test_front_security.py."""
 import asyncio
 import contextlib
 import os
 import subprocess
 import sys
 import threading
+import time
 from typing import Iterator
 
 import openai
@@ -68,6 +70,18 @@ def say(client, *messages, **kw) -> str:
                for i, text in enumerate(messages)]
     reply = client.chat.completions.create(model="anything", messages=history, **kw)
     return reply.choices[0].message.content
+
+
+def until(condition, timeout: float, what: str, every: float = 0.01) -> None:
+    """Until `condition()` holds, asked every `every` seconds: for a state nothing announces
+    (a hub's count of answers going on, a guard's requests in flight). AssertionError naming
+    `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    pause = threading.Event()           # never set: a pause between two questions
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout} s")
+        pause.wait(every)
 
 
 def hub_options(creds):
