@@ -250,20 +250,19 @@ def serve_from_cli(args, out, config: Dict[str, Any]) -> int:
     """`hivemind-chat mcp` in bridges/serving's shell: over stdio until the client closes it
     or a stop signal; over HTTP refused before the hub is dialled when the address or the
     keys do not do, and a stop signal drains the calls in flight."""
-    guard = where = None
-    if args.http is not None:
-        where = serving.parse_uri(args.http, "--http", ("http",), "http://127.0.0.1:8765")
-        guard = http_front.guard_from_cli(args, where.host, "MCP server")
-    with serving.front_agent(config, "hivemind-chat-mcp") as agent:
-        server = build_server(agent)
-        if guard is None:
+    if args.http is None:
+        with serving.front_agent(config, "hivemind-chat-mcp") as agent:
+            server = build_server(agent)
             return serving.serve_until_signalled(
                 lambda stopping: serve_stdio(server, stopping), "stdio")
-        limits = http_front.limits_from(args)
+    where = serving.parse_uri(args.http, "--http", ("http",), "http://127.0.0.1:8765")
+    guard = http_front.guard_from_cli(args, where.host, "MCP server")
+    limits = http_front.limits_from(args)
+    with serving.front_agent(config, "hivemind-chat-mcp") as agent:
+        app = http_app(build_server(agent), guard, limits)
         out.info(f"MCP server (streamable HTTP) on http://{where.host}:{where.port}{MCP_PATH}"
                  + (f"; {len(guard.keys)} API key(s)" if guard.keys
                     else "; no API key: loopback only"))
-        app = http_app(server, guard, limits)
         return serving.serve_until_signalled(
             lambda stopping: http_front.serve(app, where.host, where.port, limits,
                                               lifespan="on", stopping=stopping), args.http)
