@@ -107,7 +107,7 @@ def test_requests_in_flight_and_connections_are_capped():
 
 
 def test_errors_to_clients_name_the_hub_and_the_failure_never_paths_headers_or_secrets():
-    from hivemind_chat_agent.bridges.openai_server import hub_error
+    from hivemind_chat_agent.bridges.hub_failures import hub_failure as hub_error
     from hivemind_chat_agent.errors import (
         ConnectionLostError,
         HubKeyChangedError,

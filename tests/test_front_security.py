@@ -11,10 +11,17 @@ import time
 
 import openai
 import pytest
+from fronts import Server, running, say, until
 from hubs import HubProcess, free_port, plugin_config, wait_listening
-from test_openai_server import Server, say, served  # noqa: F401 (a fixture)
 
 from hivemind_chat_agent.bridges.http_front import Limits
+
+
+@pytest.fixture
+def served(creds, make_agent):
+    """`hivemind-chat openai` in-process on the session's hub."""
+    with running(make_agent(creds.agent_config(timeout=5))) as server:
+        yield server
 
 CLI = os.path.join(os.path.dirname(sys.executable), "hivemind-chat")
 CHAT = "/v1/chat/completions"
@@ -51,7 +58,8 @@ def test_a_web_page_can_neither_rebind_nor_post_to_the_hub(served):
     rebound to 127.0.0.1, reached the hub before: now 415, 403 and 421, and nothing ran."""
     attacks = [{"Host": "evil.example"}, {"Host": "evil.example:8080"},
                {"Origin": "https://attacker.example"}, {"Origin": "null"},
-               {"Content-Type": "text/plain"}, {"Content-Type": "application/x-www-form-urlencoded"}]
+               {"Content-Type": "text/plain"},
+               {"Content-Type": "application/x-www-form-urlencoded"}]
     statuses = [post(served.port, chat("remember pwned", user="victim"), attack)[0]
                 for attack in attacks]
     assert statuses == [421, 421, 403, 403, 415, 415]
@@ -275,27 +283,26 @@ def test_abandoned_requests_stop_their_turns_and_free_the_hub(talking_hub, make_
         assert answer(post(server.port, chat("hello", user="next caller"))) == "hello there"
         body = json.dumps(chat("talk 100 1")).encode()
         abandoned = []
-        for k in range(40):
+        for _ in range(40):
             sock = socket.create_connection(("127.0.0.1", server.port))
             sock.sendall(f"POST {CHAT} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
                          f"application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
                          + body)
             abandoned.append(sock)
-        time.sleep(0.2)
+        until(lambda: len(server.guard.in_flight) == 40, 10, "the 40 requests admitted")
         for sock in abandoned:
             sock.close()
         # on 4.0 each abandoned conversation had begun a connection of its own: those
         # connects are dropped or aborted (client/abandonment.py), not finished (4 s for 40)
-        time.sleep(0.5)
+        until(lambda: len(server.guard.in_flight) == 0, 10,
+              "every abandoned request freed its place")
         started = time.monotonic()
         assert answer(post(server.port, chat("hello", user="next caller"))) == "hello there"
         assert time.monotonic() - started < 2
         probe = make_agent(talking_hub.add_client().agent_config(timeout=10))
         assert probe.get_response("talking", session_id="probe") == "0"   # none goes on
-        deadline = time.monotonic() + 1      # the probe's own place is given back just
-        while len(server.guard.in_flight) and time.monotonic() < deadline:   # after its answer
-            time.sleep(0.01)
-        assert len(server.guard.in_flight) == 0      # every abandoned request freed its place
+        # the probe's own place is given back just after its answer
+        until(lambda: len(server.guard.in_flight) == 0, 1, "the next caller's place back")
     finally:
         server.stop()
 
@@ -404,16 +411,14 @@ def test_an_mcp_caller_that_hangs_up_stops_its_turn_at_the_hub(talking_hub, make
     try:
         wait_listening(port, 30, proc=proc, what="hivemind-chat mcp")
         before = len(json.loads(probe.get_response("stops", session_id="probe")))
+        talking = lambda: probe.get_response("talking", session_id="probe")   # noqa: E731
         with socket.create_connection(("127.0.0.1", port)) as sock:
             sock.sendall(mcp_tool_call("talk 100 1"))
-            time.sleep(1.0)                   # the first sentence is a second away: hang up
-        deadline, stops = time.monotonic() + 3, []
-        while time.monotonic() < deadline:
-            stops = json.loads(probe.get_response("stops", session_id="probe"))[before:]
-            if any(kind == "stop_session" for kind, _ in stops):
-                break
-            time.sleep(0.1)
-        assert any(kind == "stop_session" for kind, _ in stops), stops
+            until(lambda: talking() == "1", 10, "the long answer begun", every=0.05)
+        # hung up mid-answer: the hub is told to stop it
+        stopped = lambda: any(kind == "stop_session" for kind, _ in json.loads(  # noqa: E731
+            probe.get_response("stops", session_id="probe"))[before:])
+        until(stopped, 3, "the turn stopped at the hub", every=0.1)
     finally:
         proc.terminate()
         proc.wait(10)

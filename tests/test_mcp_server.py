@@ -99,3 +99,28 @@ def test_over_stdio_no_password_prompt_may_read_the_mcp_channel(capsys):
     from hivemind_chat_agent.bridges.cli import main
     assert main(["mcp", "--password", "-"]) == 2
     assert "would read the MCP channel" in capsys.readouterr().err
+
+
+def test_over_stdio_a_stop_signal_ends_it_though_the_client_keeps_stdin_open(creds):
+    """SIGTERM (what an MCP client sends when closing stdin was not enough) or SIGINT: the
+    server ends, exit code 0, without waiting for the client's next line."""
+    import json
+    import signal
+    hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "test", "version": "1"}}}
+    for stop in (signal.SIGTERM, signal.SIGINT):
+        proc = subprocess.Popen([CLI, "mcp", *hub_args(creds)], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            proc.stdin.write(json.dumps(hello) + "\n")
+            proc.stdin.flush()
+            assert json.loads(proc.stdout.readline())["id"] == 1     # it serves
+            proc.send_signal(stop)
+            assert proc.wait(30) == 0
+            assert "Traceback" not in proc.stderr.read()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            proc.stdin.close()

@@ -82,3 +82,30 @@ def test_a_history_ending_at_an_older_answer_forks_from_the_state_saved_there():
     # the live chat, sending its latest answer, still continues in place
     assert index.continuation("k", {}, None, second + [assistant("noted"),
                                                        user("recall")]) == live
+
+
+def test_a_fork_starts_from_the_snapshot_of_the_answer_it_continues():
+    """What the OpenAI front keeps of a session (the book's snapshot) seeds a fork of it: the
+    fork's first turn sends that state, under its own id; the original goes on untouched."""
+    from ovos_bus_client.session import Session
+
+    from hivemind_chat_agent.client.session_book import SessionBook
+    book = SessionBook("d")
+    live, fork = "oc-live", "oc-fork"
+    for sid in (live, fork):
+        book.forget(sid)
+    assert book.snapshot(live) is None
+    told = Session(live)
+    told.activate_skill("memory.skill")
+    assert book.absorb(live, told.serialize())
+    state = book.snapshot(live)
+    assert state["session_id"] == live and state["active_skills"][0][0] == "memory.skill"
+    assert book.seed(fork, state)
+    assert not book.seed(fork, state)            # known already: left as it is
+    assert not book.seed("oc-other", {"active_skills": "not a list"})     # no Session
+    assert book.snapshot("oc-other") is None
+    sent = book.wire(book.for_turn(fork))
+    assert sent["session_id"] == fork and sent["active_skills"][0][0] == "memory.skill"
+    assert book.snapshot(live)["session_id"] == live
+    for sid in (live, fork, "oc-other"):
+        book.forget(sid)

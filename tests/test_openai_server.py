@@ -1,61 +1,23 @@
 """`hivemind-chat openai` driven by the official `openai` client, against genuine hubs of both
 generations (the OVOS-like test pipeline: tests/pipeline_agent.py)."""
 import asyncio
-import threading
+import signal
 
 import openai
 import pytest
+from fronts import Server, front_command, hub_options, running, say
 from hubs import free_port, wait_listening
 
-from hivemind_chat_agent.bridges.http_front import Limits
-from hivemind_chat_agent.bridges.openai_http import check_exposure, serve
-from hivemind_chat_agent.bridges.openai_server import OpenAIBridge
-from hivemind_chat_agent.core.front_guard import FrontGuard, Keys
+from hivemind_chat_agent.bridges.serving import check_exposure
+from hivemind_chat_agent.core.front_guard import Keys
 from hivemind_chat_agent.errors import ConfigurationError
-
-
-class Server:
-    """serve() on an event loop of its own thread, as `hivemind-chat openai` runs it.
-    `api_keys`: the keys it accepts (none: loopback without keys); `host`: where it binds;
-    `guard` options and `limits` as the command line gives them."""
-
-    def __init__(self, agent, api_keys=(), host="127.0.0.1", limits=Limits(), **guard):
-        self.port = free_port()
-        self.host = host
-        self.bridge = OpenAIBridge(agent)
-        self.guard = FrontGuard(host, Keys(api_keys), what="OpenAI API server", **guard)
-        self._server = None
-        self.thread = threading.Thread(target=lambda: asyncio.run(serve(
-            self.bridge, host, self.port, self.guard, limits, started=self._started)),
-            daemon=True)
-        self.thread.start()
-        wait_listening(self.port, 10, what="the OpenAI server", host=host)
-
-    def _started(self, server):
-        self._server = server
-
-    def client(self, api_key="unused", **kw) -> openai.OpenAI:
-        return openai.OpenAI(base_url=f"http://{self.host}:{self.port}/v1", api_key=api_key,
-                             max_retries=0, **kw)
-
-    def stop(self):
-        if self._server is not None:
-            self._server.should_exit = True
-        self.thread.join(10)
 
 
 @pytest.fixture
 def served(creds, make_agent):
-    server = Server(make_agent(creds.agent_config(timeout=5)))
-    yield server
-    server.stop()
-
-
-def say(client, *messages, **kw) -> str:
-    history = [{"role": "user" if i % 2 == 0 else "assistant", "content": text}
-               for i, text in enumerate(messages)]
-    reply = client.chat.completions.create(model="anything", messages=history, **kw)
-    return reply.choices[0].message.content
+    """`hivemind-chat openai` in-process on the session's hub."""
+    with running(make_agent(creds.agent_config(timeout=5))) as server:
+        yield server
 
 
 def test_models_and_a_plain_answer(served):
@@ -171,3 +133,31 @@ def test_it_listens_beyond_loopback_only_with_a_key():
     check_exposure("0.0.0.0", Keys(["key"]))
     with pytest.raises(ConfigurationError, match="--api-key"):
         check_exposure("0.0.0.0", Keys())
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_signal_lets_the_answer_in_flight_finish_then_exits_zero(creds, stop):
+    """SIGTERM (systemd, docker stop) or SIGINT (Ctrl-C): no new connection is taken, the
+    streamed answer being sent ends whole, and the command exits 0."""
+    port = free_port()
+    proc = front_command("openai", "--uri", f"http://127.0.0.1:{port}", *hub_options(creds))
+    try:
+        wait_listening(port, 30, proc=proc, what="hivemind-chat openai")
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused",
+                               max_retries=0)
+        chunks = iter(client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "slow 3 0.5"}], stream=True))
+        said = []
+        for chunk in chunks:
+            said.append(chunk.choices[0].delta.content or "")
+            if "slow sentence 1" in said[-1]:
+                break
+        proc.send_signal(stop)              # two sentences still to come
+        said += [chunk.choices[0].delta.content or "" for chunk in chunks]
+        assert "".join(said) == "slow sentence 1\nslow sentence 2\nslow sentence 3"
+        assert proc.wait(30) == 0
+        assert "Traceback" not in proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

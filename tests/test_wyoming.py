@@ -3,6 +3,7 @@ conversation service, with the real `wyoming` client library (tests/home_assista
 it, genuine hivemind-core hubs of both generations (the OVOS-like test pipeline); the genuine
 ovos-core behind it is in test_real_ovos.py."""
 import asyncio
+import signal
 import socket
 import subprocess
 import sys
@@ -10,7 +11,7 @@ import time
 
 import pytest
 from home_assistant import Server, describe, ha_turn, streamed_turn, turn
-from hubs import free_port
+from hubs import free_port, wait_listening
 from wyoming.handle import Handled, NotHandled
 
 from hivemind_chat_agent import HiveMindChatAgent
@@ -128,13 +129,7 @@ def test_the_command_line_serves_home_assistant(creds, tmp_path):
            "--no-store", "--languages", "en-US", "--zeroconf"]
     proc = subprocess.Popen(cli, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                time.sleep(0.1)
+        wait_listening(port, 30, proc=proc, what="hivemind-chat wyoming")
         info = asyncio.run(describe(port))
         assert info.handle[0].models[0].languages == ["en-US"]
         assert turn(port, "count 2").text == "sentence 1\nsentence 2"
@@ -145,6 +140,45 @@ def test_the_command_line_serves_home_assistant(creds, tmp_path):
     assert creds.password not in output
     assert "not announced" in output          # --zeroconf on a loopback address says so
     assert "connected to the hub" in output   # at start, not at the first transcript
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_signal_lets_the_turn_in_flight_be_answered_then_exits_zero(creds, stop):
+    """SIGTERM (systemd, docker stop) or SIGINT (Ctrl-C) while Home Assistant waits for an
+    answer: no new connection is taken, that answer still comes whole, the command exits 0."""
+    from wyoming.asr import Transcript
+    from wyoming.client import AsyncTcpClient
+    from wyoming.info import Describe, Info
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "hivemind_chat_agent.bridges.cli",
+                             "wyoming", "--uri", f"tcp://127.0.0.1:{port}", "--host",
+                             "127.0.0.1", "--port", str(creds.port), "--key", creds.key,
+                             "--password", creds.password, "--no-store"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    async def answer_across_the_stop():
+        async with AsyncTcpClient("127.0.0.1", port) as client:
+            await client.write_event(Describe().event())      # served: this connection is in
+            while not Info.is_type((await client.read_event()).type):
+                pass
+            await client.write_event(Transcript(
+                text="slow 3 0.3", context={"conversation_id": "stop"}).event())
+            proc.send_signal(stop)
+            while True:
+                event = await client.read_event()
+                if Handled.is_type(event.type) or NotHandled.is_type(event.type):
+                    return event
+    try:
+        wait_listening(port, 30, proc=proc, what="hivemind-chat wyoming")
+        answer = asyncio.run(asyncio.wait_for(answer_across_the_stop(), 60))
+        assert Handled.is_type(answer.type)
+        assert answer.data["text"] == "slow sentence 1\nslow sentence 2\nslow sentence 3"
+        assert proc.wait(30) == 0
+        assert "Traceback" not in proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
 
 
 def test_a_server_agent_is_an_ordinary_agent(creds):

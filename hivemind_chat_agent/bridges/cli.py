@@ -15,6 +15,7 @@ from typing import Optional
 
 from hivemind_chat_agent import background
 from hivemind_chat_agent.bridges.cli_config import PASSWORD_ENV, agent_config
+from hivemind_chat_agent.bridges.serving import front_agent
 from hivemind_chat_agent.errors import ConfigurationError, HiveMindChatError, MissingExtraError
 from hivemind_chat_agent.extras import require
 
@@ -326,10 +327,11 @@ def run_chat(agent, args, out: Output) -> int:
 
 
 # `hivemind-chat NAME ...`: the servers in front of the agent, each a module with
-# add_options(parser), an optional check_args(args) and serve_from_cli(args, out, config)
+# add_options(parser), an optional check_args(args) and serve_from_cli(args, out, config),
+# which runs in bridges/serving's shell (where it listens, its agent, its stop signals)
 SERVERS = {
     "wyoming": ("wyoming", "hivemind-chat wyoming (Home Assistant's Wyoming Protocol)",
-                "hivemind_chat_agent.bridges.wyoming_server"),
+                "hivemind_chat_agent.bridges.wyoming_cli"),
     "openai": ("openai", "hivemind-chat openai (the OpenAI chat API)",
                "hivemind_chat_agent.bridges.openai_http"),
     "mcp": ("mcp", "hivemind-chat mcp (a Model Context Protocol server)",
@@ -366,12 +368,8 @@ def main(argv=None) -> int:
         if front:
             getattr(front, "check_args", lambda args: None)(args)
             return front.serve_from_cli(args, out, agent_config(args, out))
-        from hivemind_chat_agent.client.agent import HiveMindChatAgent
-        agent = HiveMindChatAgent(agent_config(args, out))
-        try:
+        with front_agent(agent_config(args, out), "hivemind-chat-cli") as agent:
             return run_chat(agent, args, out)
-        finally:
-            agent.shutdown()
     except ConfigurationError as e:
         out.error(e)
         if not demo and not server and not isinstance(e, MissingExtraError):

@@ -1,12 +1,11 @@
 """The hub options of every `hivemind-chat` command as an agent config, and where secrets come
 from: the access key from --key or HIVEMIND_CHAT_KEY, the password from --password ('-' asks
 without echo), --password-file or HIVEMIND_CHAT_PASSWORD, else the HiveMind identity. A
-password on the command line shows in the process list, so it gets a note saying so. And how
-each server command runs its server (`serve_until_interrupted`)."""
-import asyncio
+password on the command line shows in the process list, so it gets a note saying so. How each
+server command runs its server is bridges/serving's."""
 import getpass
 import os
-from typing import Any, Coroutine, Optional
+from typing import Optional
 
 from hivemind_chat_agent.errors import ConfigurationError
 
@@ -47,17 +46,3 @@ def _password(args, out) -> Optional[str]:
             raise ConfigurationError(f"cannot read the password file {args.password_file}: "
                                      f"{e.strerror or e}") from None
     return os.environ.get(PASSWORD_ENV) or None
-
-
-def serve_until_interrupted(server: Coroutine[Any, Any, None], uri: str) -> int:
-    """Run a front's server on an event loop until Ctrl-C (exit code 0); an address that
-    cannot be listened on is a ConfigurationError naming it."""
-    from hivemind_chat_agent import background
-    background.unblock_signals()
-    try:
-        asyncio.run(server)
-    except OSError as e:
-        raise ConfigurationError(f"cannot listen on {uri}: {e.strerror or e}") from None
-    except KeyboardInterrupt:
-        pass
-    return 0

@@ -15,6 +15,7 @@ time (a half-sent header, a trickled body, one that never sends anything), refus
 over a total and a per-peer cap at accept, and closes idle keep-alive connections.
 """
 import asyncio
+import contextlib
 import json
 import logging
 from dataclasses import dataclass
@@ -242,16 +243,58 @@ def guarded_protocol(limits: Limits):
 
 
 async def serve(app, host: str, port: int, limits: Limits = Limits(), lifespan: str = "off",
-                started: Optional[Callable[[Any], Any]] = None) -> None:
-    """Serve `app` (already a GuardedApp) until the server is told to exit."""
+                started: Optional[Callable[[Any], Any]] = None,
+                stopping: Optional[asyncio.Event] = None) -> None:
+    """Serve `app` (already a GuardedApp) until `stopping` is set (bridges/serving's stop
+    signal: no new connections, idle ones closed, the requests in flight finish) or the
+    server is told to exit (`started` gets the uvicorn.Server), or until cancelled."""
     import uvicorn
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan=lifespan,
                             access_log=False, server_header=False,
                             http=guarded_protocol(limits),
                             limit_concurrency=limits.max_connections,
                             timeout_keep_alive=max(1, int(limits.keep_alive)))
-    server = uvicorn.Server(config)
+    server = _ServerWithoutSignals(config)
     if started is not None:
         started(server)
-    await server.serve()
+    watch = asyncio.ensure_future(_exit_when(stopping, server)) if stopping else None
+    try:
+        await server.serve()
+    finally:
+        if watch is not None:
+            watch.cancel()
 
+
+async def _exit_when(stopping: asyncio.Event, server) -> None:
+    await stopping.wait()
+    server.should_exit = True           # uvicorn's own graceful shutdown
+
+
+def _ServerWithoutSignals(config):
+    """uvicorn.Server leaving SIGINT and SIGTERM to bridges/serving: uvicorn would take them
+    in the main thread for its own shutdown and raise them again after it."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self):          # uvicorn >= 0.29
+            yield
+
+        def install_signal_handlers(self) -> None:      # uvicorn < 0.29
+            pass
+
+    return Server(config)
+
+
+def guard_from_cli(args, host: str, what: str) -> FrontGuard:
+    """The guard of an HTTP front from its command line (bridges/serving's keys and
+    exposure check, add_limit_options' lists); ConfigurationError for what does not do."""
+    from hivemind_chat_agent.bridges import serving
+    from hivemind_chat_agent.errors import ConfigurationError
+    keys = serving.read_keys(args.api_key, args.api_key_file)
+    serving.check_exposure(host, keys)
+    try:
+        return FrontGuard(host, keys, args.allowed_host, args.allowed_origin,
+                          turns_per_caller=args.turns_per_caller, what=what)
+    except ValueError as e:
+        raise ConfigurationError(f"--allowed-origin: {e}") from None

@@ -22,7 +22,7 @@ import uuid
 from collections import OrderedDict
 from typing import Any, Dict, Optional
 
-from hivemind_chat_agent.bridges import http_front
+from hivemind_chat_agent.bridges import http_front, serving
 from hivemind_chat_agent.errors import HiveMindChatError
 
 MAX_CONVERSATION = 200      # bytes (UTF-8) of a conversation name: its session id, with the
@@ -84,7 +84,7 @@ def build_server(agent, names: Optional[ConversationNames] = None):
     from mcp_types import CallToolResult, TextContent
     from pydantic import BaseModel
 
-    from hivemind_chat_agent.bridges.openai_server import hub_address, hub_error
+    from hivemind_chat_agent.bridges.hub_failures import hub_address, hub_failure
     names = names or ConversationNames()
     hub = hub_address(agent)
     server = MCPServer(name="hivemind-chat", instructions=TOOL_DESCRIPTION,
@@ -104,7 +104,7 @@ def build_server(agent, names: Optional[ConversationNames] = None):
         except ValueError as e:
             raise ToolError(str(e)) from None
         except HiveMindChatError as e:      # the hub and the failure; the details to the log
-            raise ToolError(hub_error(e, hub).message) from None
+            raise ToolError(hub_failure(e, hub).message) from None
         text = result["answer"] or "(the hub had no answer)"
         return CallToolResult(content=[TextContent(type="text", text=text)],
                               structured_content=result)
@@ -139,8 +139,7 @@ def add_options(p):
                    metavar="URI", help="serve streamable HTTP at URI (default "
                    "http://127.0.0.1:8765, path /mcp) instead of stdio; another address "
                    "than loopback needs an API key")
-    from hivemind_chat_agent.bridges.openai_http import add_key_options
-    add_key_options(p)
+    serving.add_key_options(p)
     http_front.add_limit_options(p)
     return p
 
@@ -174,6 +173,70 @@ def http_app(server, guard, limits: http_front.Limits = http_front.Limits()):
                                  max_body=limits.max_body)
 
 
+class StdinRelay:
+    """The MCP channel (stdin) handed to the SDK through a socket pair of ours, so that a stop
+    signal can end it. The SDK reads its lines on a worker thread the interpreter waits for at
+    exit, and a read of the client's stdin ends only when the client writes or closes it: a
+    SIGTERM would wait for the client. Here a daemon thread copies stdin into the pair, and
+    `close()` ends the SDK's side (it reads the end of its channel and returns); the client
+    closing stdin ends it as before."""
+
+    def __init__(self):
+        import io
+        import socket
+        import sys
+        import threading
+
+        from hivemind_chat_agent import background
+        self._ours, theirs = socket.socketpair()
+        self._saved = sys.stdin
+        sys.stdin = io.TextIOWrapper(theirs.makefile("rb"), encoding="utf-8",
+                                     errors="replace")
+        self._theirs = theirs
+        background.start(threading.Thread(target=self._copy, daemon=True,
+                                          name="hivemind-chat-mcp-stdin"))
+
+    def _copy(self) -> None:
+        import os
+        try:
+            while True:
+                chunk = os.read(0, 65536)
+                if not chunk:
+                    break
+                self._ours.sendall(chunk)
+        except OSError:       # stdin broken, or close() came first
+            pass
+        self.close()
+
+    def close(self) -> None:
+        """End the SDK's channel (idempotent), and give sys.stdin back."""
+        import socket
+        import sys
+        try:
+            self._ours.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+        if sys.stdin is not self._saved and self._saved is not None:
+            sys.stdin, self._saved = self._saved, None
+
+
+async def serve_stdio(server, stopping) -> None:
+    """The MCP server over stdio until the client closes it or `stopping` is set (then the
+    channel ends, and with it the server)."""
+    import asyncio
+    relay = StdinRelay()
+
+    async def close_when_stopping():
+        await stopping.wait()
+        relay.close()
+    watch = asyncio.ensure_future(close_when_stopping())
+    try:
+        await server.run_stdio_async()
+    finally:
+        watch.cancel()
+        relay.close()
+
+
 def check_args(args) -> None:
     """Over stdio, stdin is the MCP channel: no password prompt may read it."""
     from hivemind_chat_agent.errors import ConfigurationError
@@ -184,30 +247,22 @@ def check_args(args) -> None:
 
 
 def serve_from_cli(args, out, config: Dict[str, Any]) -> int:
-    from hivemind_chat_agent import background
-    from hivemind_chat_agent.bridges.cli_config import serve_until_interrupted
-    from hivemind_chat_agent.bridges.openai_http import guard_from_cli, parse_uri
-    from hivemind_chat_agent.client.agent import HiveMindChatAgent
-    from hivemind_chat_agent.errors import ConfigurationError
-    guard = None
-    if args.http is not None:
-        try:
-            host, port = parse_uri(args.http)
-        except ValueError as e:
-            raise ConfigurationError(str(e).replace("--uri", "--http")) from None
-        guard = guard_from_cli(args, host, "MCP server")
-    agent = HiveMindChatAgent({**config, "useragent": "hivemind-chat-mcp"})
-    try:
-        server = build_server(agent)
-        if guard is None:
-            background.unblock_signals()
-            server.run("stdio")
-            return 0
-        limits = http_front.limits_from(args)
-        out.info(f"MCP server (streamable HTTP) on http://{host}:{port}{MCP_PATH}"
+    """`hivemind-chat mcp` in bridges/serving's shell: over stdio until the client closes it
+    or a stop signal; over HTTP refused before the hub is dialled when the address or the
+    keys do not do, and a stop signal drains the calls in flight."""
+    if args.http is None:
+        with serving.front_agent(config, "hivemind-chat-mcp") as agent:
+            server = build_server(agent)
+            return serving.serve_until_signalled(
+                lambda stopping: serve_stdio(server, stopping), "stdio")
+    where = serving.parse_uri(args.http, "--http", ("http",), "http://127.0.0.1:8765")
+    guard = http_front.guard_from_cli(args, where.host, "MCP server")
+    limits = http_front.limits_from(args)
+    with serving.front_agent(config, "hivemind-chat-mcp") as agent:
+        app = http_app(build_server(agent), guard, limits)
+        out.info(f"MCP server (streamable HTTP) on http://{where.host}:{where.port}{MCP_PATH}"
                  + (f"; {len(guard.keys)} API key(s)" if guard.keys
                     else "; no API key: loopback only"))
-        return serve_until_interrupted(http_front.serve(
-            http_app(server, guard, limits), host, port, limits, lifespan="on"), args.http)
-    finally:
-        agent.shutdown()
+        return serving.serve_until_signalled(
+            lambda stopping: http_front.serve(app, where.host, where.port, limits,
+                                              lifespan="on", stopping=stopping), args.http)

@@ -1,18 +1,15 @@
-"""The HTTP edge of `hivemind-chat openai`: Starlette routes around bridges/openai_server's
+"""`hivemind-chat openai`, the HTTP server: Starlette routes around bridges/openai_api's
 OpenAIBridge, behind bridges/http_front's guard (Host, Origin, Content-Type and keys checked
 before the body is read; bounded bodies; a caller who hangs up stops its turn), served by
-uvicorn with deadlines and connection caps, and the command line. Nothing here decides anything
-a test of the bridge could not see."""
+uvicorn with deadlines and connection caps, and the command line, in bridges/serving's
+shell. Nothing here decides anything a test of the bridge could not see."""
 import json
-import os
-from typing import Any, Dict, List, Optional, Tuple
-from urllib.parse import urlparse
+from typing import Any, Dict, Optional
 
-from hivemind_chat_agent.bridges import http_front
-from hivemind_chat_agent.bridges.openai_server import APIError, OpenAIBridge, first_line, models
-from hivemind_chat_agent.core.front_guard import FrontGuard, Keys, Refusal, is_loopback
+from hivemind_chat_agent.bridges import http_front, serving
+from hivemind_chat_agent.bridges.openai_api import APIError, OpenAIBridge, first_line, models
+from hivemind_chat_agent.core.front_guard import FrontGuard, Refusal
 
-API_KEY_ENV = "HIVEMIND_CHAT_API_KEY"
 TURN_PATH = "/v1/chat/completions"
 
 
@@ -81,61 +78,17 @@ async def _prepend(line, lines):
         yield rest
 
 
-def parse_uri(uri: str) -> Tuple[str, int]:
-    """http://HOST:PORT"""
-    parsed = urlparse(uri)
-    if parsed.scheme != "http" or parsed.port is None or not parsed.hostname:
-        raise ValueError(f"--uri must look like http://127.0.0.1:8080, not {uri!r}")
-    return parsed.hostname, parsed.port
-
-
-def check_exposure(host: str, keys) -> None:
-    """Anyone who reaches the server talks to the hub as this client: beyond loopback only
-    with a key."""
-    from hivemind_chat_agent.errors import ConfigurationError
-    if not is_loopback(host) and not keys:
-        raise ConfigurationError(
-            f"refusing to listen on {host} without an API key: anyone reaching it would talk "
-            f"to the hub as this client; pass --api-key, --api-key-file or set {API_KEY_ENV}")
-
-
-def read_keys(given: List[str], files: List[str], env: str = API_KEY_ENV) -> Keys:
-    """The API keys from the command line, key files (one per line, # comments) and the
-    environment variable; a file that cannot be read is a ConfigurationError."""
-    from hivemind_chat_agent.errors import ConfigurationError
-    keys = list(given)
-    for path in files:
-        try:
-            with open(path, encoding="utf-8") as f:
-                keys += [line.strip() for line in f
-                         if line.strip() and not line.lstrip().startswith("#")]
-        except OSError as e:
-            raise ConfigurationError(f"cannot read the API key file {path}: "
-                                     f"{e.strerror or e}") from None
-    if os.environ.get(env, "").strip():
-        keys.append(os.environ[env].strip())
-    return Keys(keys)
-
-
 async def serve(bridge: OpenAIBridge, host: str, port: int, guard: Optional[FrontGuard] = None,
-                limits: http_front.Limits = http_front.Limits(), started=None) -> None:
-    """Serve the API; `guard` defaults to loopback without keys."""
+                limits: http_front.Limits = http_front.Limits(), started=None,
+                stopping=None) -> None:
+    """Serve the API until `stopping` is set (then drain) or it is cancelled; `guard`
+    defaults to loopback without keys."""
     guard = guard or FrontGuard(host, what="OpenAI API server")
     await http_front.serve(guarded_app(bridge, guard, limits), host, port, limits,
-                           started=started)
+                           started=started, stopping=stopping)
 
 
 # ---- the command line (bridges/cli.py hands `hivemind-chat openai` here) ----
-def add_key_options(p) -> None:
-    """--api-key and --api-key-file, shared by the HTTP fronts."""
-    p.add_argument("--api-key", action="append", default=[], metavar="KEY",
-                   help=f"a key clients must send as a Bearer token (repeatable: each key is "
-                        f"its own set of conversations; or set {API_KEY_ENV}); on the command "
-                        "line it shows in the process list, prefer --api-key-file")
-    p.add_argument("--api-key-file", action="append", default=[], metavar="PATH",
-                   help="a file of keys, one per line (repeatable)")
-
-
 def add_options(p):
     p.prog = "hivemind-chat openai"
     p.description = ("Serve the OpenAI chat completions API (Open WebUI, LibreChat, the openai "
@@ -143,37 +96,22 @@ def add_options(p):
     p.add_argument("--uri", default="http://127.0.0.1:8080",
                    help="where to listen (default http://127.0.0.1:8080); another address "
                         "than loopback needs an API key")
-    add_key_options(p)
+    serving.add_key_options(p)
     http_front.add_limit_options(p)
     return p
 
 
-def guard_from_cli(args, host: str, what: str) -> FrontGuard:
-    from hivemind_chat_agent.errors import ConfigurationError
-    keys = read_keys(args.api_key, args.api_key_file)
-    check_exposure(host, keys)
-    try:
-        return FrontGuard(host, keys, args.allowed_host, args.allowed_origin,
-                          turns_per_caller=args.turns_per_caller, what=what)
-    except ValueError as e:
-        raise ConfigurationError(f"--allowed-origin: {e}") from None
-
-
 def serve_from_cli(args, out, config: Dict[str, Any]) -> int:
-    from hivemind_chat_agent.bridges.cli_config import serve_until_interrupted
-    from hivemind_chat_agent.client.agent import HiveMindChatAgent
-    from hivemind_chat_agent.errors import ConfigurationError
-    try:
-        host, port = parse_uri(args.uri)
-    except ValueError as e:
-        raise ConfigurationError(str(e)) from None
-    guard = guard_from_cli(args, host, "OpenAI API server")
-    agent = HiveMindChatAgent({**config, "useragent": "hivemind-chat-openai"})
-    try:
+    """`hivemind-chat openai` in bridges/serving's shell: refused before the hub is dialled
+    when the address or the keys do not do; a stop signal drains the requests in flight."""
+    where = serving.parse_uri(args.uri, "--uri", ("http",), "http://127.0.0.1:8080")
+    guard = http_front.guard_from_cli(args, where.host, "OpenAI API server")
+    limits = http_front.limits_from(args)
+    with serving.front_agent(config, "hivemind-chat-openai") as agent:
         out.info(f"OpenAI-compatible API on {args.uri}/v1 (model \"hivemind-chat\")"
                  + (f"; {len(guard.keys)} API key(s)" if guard.keys
                     else "; no API key: loopback only"))
-        return serve_until_interrupted(serve(OpenAIBridge(agent), host, port, guard,
-                                             http_front.limits_from(args)), args.uri)
-    finally:
-        agent.shutdown()
+        bridge = OpenAIBridge(agent)
+        return serving.serve_until_signalled(
+            lambda stopping: serve(bridge, where.host, where.port, guard, limits,
+                                   stopping=stopping), args.uri)

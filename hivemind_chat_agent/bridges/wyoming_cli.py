@@ -1,21 +1,21 @@
 """`hivemind-chat wyoming`'s command line: its options, the checks made before anything
-starts (an allow list beyond loopback: Wyoming has no authentication), and serving until
-Ctrl-C. bridges/cli.py reaches these through bridges/wyoming_server.py."""
+starts (an allow list beyond loopback: Wyoming has no authentication), and serving in
+bridges/serving's shell until a stop signal. bridges/cli.py hands `hivemind-chat wyoming`
+here."""
 import argparse
-from typing import Any, Dict, Tuple
+from typing import Any, Dict
 
+from hivemind_chat_agent.bridges import serving
 from hivemind_chat_agent.extras import require
 
 DEFAULT_URI = "tcp://0.0.0.0:10700"     # what Home Assistant setups use: with --allow-from
 
 
-def parse_uri(uri: str) -> Tuple[str, int]:
-    """tcp://HOST:PORT, as Wyoming servers take it."""
-    from urllib.parse import urlparse
-    parsed = urlparse(uri)
-    if parsed.scheme != "tcp" or parsed.port is None:
-        raise ValueError(f"--uri must look like tcp://0.0.0.0:10700, not {uri!r}")
-    return parsed.hostname or "0.0.0.0", parsed.port
+def parse_uri(uri: str):
+    """tcp://HOST:PORT, as Wyoming servers take it (no host: 0.0.0.0); bridges/serving's
+    Address, or a ConfigurationError naming --uri."""
+    return serving.parse_uri(uri, "--uri", ("tcp",), "tcp://0.0.0.0:10700",
+                             default_host="0.0.0.0")
 
 
 def add_options(p):
@@ -83,11 +83,8 @@ def guard_for(args, turn_wait: float = 30.0):
     from hivemind_chat_agent.bridges.wyoming_connection import Guard
     from hivemind_chat_agent.bridges.wyoming_events import Deadlines
     from hivemind_chat_agent.core.peer_gate import AllowList, Caps, PeerGate
-    from hivemind_chat_agent.errors import ConfigurationError
-    try:
-        host, port = parse_uri(args.uri)
-    except ValueError as e:
-        raise ConfigurationError(str(e)) from None
+    where = parse_uri(args.uri)
+    host, port = where.host, where.port
     allow = AllowList.for_bind(host, args.allow_from, "the Wyoming server",
                                f"hivemind-chat wyoming --uri {args.uri} "
                                "--allow-from 192.168.1.20")
@@ -98,31 +95,24 @@ def guard_for(args, turn_wait: float = 30.0):
 
 
 def serve_from_cli(args, out, config: Dict[str, Any]) -> int:
-    """`hivemind-chat wyoming`: serve until Ctrl-C; `config` is the CLI's agent config."""
-    from hivemind_chat_agent.bridges.cli_config import serve_until_interrupted
+    """`hivemind-chat wyoming` in bridges/serving's shell, until a stop signal (the turns in
+    flight finish first); `config` is the CLI's agent config."""
     from hivemind_chat_agent.bridges.wyoming_bridge import WyomingBridge
     from hivemind_chat_agent.bridges.wyoming_server import run_server, turn_wait_of
     require("wyoming", "hivemind-chat wyoming (Home Assistant's Wyoming Protocol)")
-    from hivemind_chat_agent.client.agent import HiveMindChatAgent
     guard_for(args)                      # refused before the hub is dialled
-    config = dict(config)
-    config["useragent"] = "hivemind-chat-wyoming"
-    if args.churn_guard is not None:
-        config["churn_guard"] = args.churn_guard
-    config["spare_connections"] = args.spare_connections
-    agent = HiveMindChatAgent(config)
-    try:
+    with serving.front_agent(config, "hivemind-chat-wyoming", churn_guard=args.churn_guard,
+                             spare_connections=args.spare_connections) as agent:
         bridge = WyomingBridge(agent, args.languages, args.session_per_device,
                                version=_version(), stream=args.stream)
         (host, port), guard = guard_for(args, turn_wait_of(bridge))
         out.info(f"Wyoming conversation service on tcp://{host}:{port}, answering "
                  f"{guard.gate.allow.describe()}: in Home Assistant, add the Wyoming "
                  "Protocol integration with this host and port")
-        return serve_until_interrupted(run_server(
-            bridge, host, port, zeroconf=args.zeroconf, say=out.info, warm=True, guard=guard),
-            args.uri)
-    finally:
-        agent.shutdown()
+        return serving.serve_until_signalled(
+            lambda stopping: run_server(bridge, host, port, zeroconf=args.zeroconf,
+                                        say=out.info, warm=True, guard=guard,
+                                        stopping=stopping), args.uri)
 
 
 def _version() -> str:

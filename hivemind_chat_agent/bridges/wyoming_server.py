@@ -12,8 +12,7 @@ only on a loopback bind without one), and refuses to start beyond loopback witho
 caps connections in total and per peer, closes idle and slow ones, and stops the turn of a
 caller that hangs up (bridges/wyoming_connection.py, core/peer_gate.py).
 
-bridges/cli.py hands `hivemind-chat wyoming` to `add_options` / `check_args` /
-`serve_from_cli` (bridges/wyoming_cli.py).
+`hivemind-chat wyoming`'s options and its start are bridges/wyoming_cli.py's.
 """
 import asyncio
 from typing import Optional
@@ -29,6 +28,16 @@ from hivemind_chat_agent.bridges.wyoming_events import (
 )
 from hivemind_chat_agent.core.peer_gate import AllowList, Caps, PeerGate
 from hivemind_chat_agent.extras import install_hint
+
+
+async def _drained(tasks: set) -> None:
+    """Until every connection task of `tasks` has ended (those begun meanwhile too)."""
+    while True:
+        pending = [task for task in tasks
+                   if not task.done() and task is not asyncio.current_task()]
+        if not pending:
+            return
+        await asyncio.wait(pending)
 
 
 def default_guard(bridge: WyomingBridge, host: str) -> Guard:
@@ -69,10 +78,14 @@ async def run_server(bridge: WyomingBridge, host: str, port: int,
                      started: Optional[asyncio.Future] = None,
                      zeroconf: Optional[str] = None,
                      say=lambda text: None, warm: bool = False,
-                     guard: Optional[Guard] = None) -> None:
-    """Serve until cancelled. `zeroconf`: announce under that name ("" for the default);
-    `warm`: connect to the hub at once (`WyomingBridge.warm_up`) while serving; `guard`: who
-    may connect, the caps and deadlines (default_guard: loopback peers only)."""
+                     guard: Optional[Guard] = None,
+                     stopping: Optional[asyncio.Event] = None) -> None:
+    """Serve until cancelled, or until `stopping` is set (bridges/serving's stop signal):
+    then no new connection is accepted and those open end as their peers close them (a turn
+    in flight is answered first); cancelled meanwhile, they end at once. `zeroconf`: announce
+    under that name ("" for the default); `warm`: connect to the hub at once
+    (`WyomingBridge.warm_up`) while serving; `guard`: who may connect, the caps and deadlines
+    (default_guard: loopback peers only)."""
     guard = guard or default_guard(bridge, host)
     tasks: set = set()
     loop = asyncio.get_running_loop()
@@ -88,22 +101,19 @@ async def run_server(bridge: WyomingBridge, host: str, port: int,
                        "(_wyoming._tcp): Home Assistant offers to add it")
     try:
         async with server:
-            await server.serve_forever()
+            if stopping is None:
+                await server.serve_forever()
+            else:
+                await server.start_serving()
+                await stopping.wait()
+                server.close()                       # no new connections
+                await _drained(tasks)
     finally:       # stopping: the connections in progress end with the server
         for task in list(tasks):
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-from hivemind_chat_agent.bridges.wyoming_cli import (  # noqa: E402
-    DEFAULT_URI,
-    add_options,
-    check_args,
-    parse_uri,
-    serve_from_cli,
-)
-
-__all__ = ["WyomingBridge", "run_server", "serve_connection", "session_for", "parse_uri",
-           "add_options", "check_args", "serve_from_cli", "Guard", "Doorman", "SPOKEN",
-           "read_event", "BadEvent", "Deadlines", "AllowList", "Caps", "PeerGate",
-           "default_guard", "MAX_LINE", "MAX_DATA", "DEFAULT_URI"]
+__all__ = ["WyomingBridge", "run_server", "serve_connection", "session_for", "Guard",
+           "Doorman", "SPOKEN", "read_event", "BadEvent", "Deadlines", "AllowList", "Caps",
+           "PeerGate", "default_guard", "MAX_LINE", "MAX_DATA"]

@@ -233,6 +233,17 @@ class HiveMindChatAgent(ChatEngine):
         calls it when its satellite's session ends."""
         self.sessions.forget(self.sessions.resolve(session_id))
 
+    def seed_session(self, session_id: str, state: Dict[str, Any]) -> bool:
+        """Start this conversation from `state` (another's `session_snapshot`: a front forking
+        a conversation, as the OpenAI API's history does), unless it is known here already;
+        its next turn sends that state. False when it was known or `state` is no Session."""
+        return self.sessions.seed(self.sessions.resolve(session_id), state)
+
+    def session_snapshot(self, session_id: str) -> Optional[Dict[str, Any]]:
+        """This conversation's OVOS Session as it stands now (serialized), or None when it is
+        not known here: what a front keeps to fork the conversation later (`seed_session`)."""
+        return self.sessions.snapshot(self.sessions.resolve(session_id))
+
     def shutdown(self) -> None:
         """Close every connection and stop every thread of this agent; turns in flight end."""
         self._closed = True

@@ -32,6 +32,11 @@ _FIELD_TYPES = {
 }
 
 
+def malformed_fields(data: Mapping[str, Any]) -> list:
+    """The fields of a serialized Session whose shape the pipeline could not read."""
+    return [k for k, kinds in _FIELD_TYPES.items()
+            if data.get(k) is not None and not isinstance(data[k], kinds)]
+
 
 class SessionBook:
     def __init__(self, default_session_id: str, site_id: Optional[str] = None,
@@ -89,6 +94,28 @@ class SessionBook:
         self._used.move_to_end(session_id)
         return sess
 
+    def seed(self, session_id: str, state: Mapping[str, Any]) -> bool:
+        """Start `session_id` from `state` (a Session as `snapshot` gave it, of another
+        conversation: a fork), unless it is known here already. False when it was known, or
+        `state` is not a Session. Counted like a used session (trimmed like one)."""
+        if session_id in SessionManager.sessions or malformed_fields(state):
+            return False
+        try:
+            sess = Session.deserialize({**state, "session_id": session_id})
+        except Exception as e:      # not a serialized Session
+            LOG.debug(f"not seeding {session_id!r}: {type(e).__name__}")
+            return False
+        register(sess)
+        self._used[session_id] = self._clock()
+        self._used.move_to_end(session_id)
+        return True
+
+    def snapshot(self, session_id: str) -> Optional[Dict[str, Any]]:
+        """`session_id`'s Session as it stands (serialized), or None when it is not known
+        here: what `seed` takes."""
+        sess = SessionManager.sessions.get(session_id)
+        return sess.serialize() if sess is not None else None
+
     def trim(self, keep: Collection[str] = ()) -> int:
         """Forget the least recently used sessions beyond `max_sessions`, and those idle for
         `idle_ttl`, except `keep` (turns in progress, subscriptions). A forgotten session is in
@@ -141,8 +168,7 @@ class SessionBook:
         """
         if data.get("session_id") != session_id:
             return False
-        wrong = [k for k, kinds in _FIELD_TYPES.items()
-                 if data.get(k) is not None and not isinstance(data[k], kinds)]
+        wrong = malformed_fields(data)
         if wrong:
             LOG.debug(f"ignoring session in reply with malformed fields: {wrong}")
             return False

@@ -1,11 +1,11 @@
-"""`hivemind-chat openai`: the OpenAI chat completions API in front of `HiveMindChatAgent`, so
-Open WebUI, LibreChat, n8n, LangChain or the `openai` client talk to an OVOS hub.
-
-Starlette and uvicorn (extra `[openai]`): the ASGI pair Open WebUI and most OpenAI-compatible
-servers in this field run on, maintained, with streaming responses and nothing else we do not
-use. Each request's latest user message is the utterance; the hub keeps the conversation in its
-OVOS Session, so which session a request continues is decided by
-core/openai_conversations.ConversationIndex (a header, the body's `user`, or its history).
+"""The OpenAI chat completions API's logic in front of `HiveMindChatAgent`, framework-free
+(`OpenAIBridge`: a request body in, an answer or SSE lines out), so Open WebUI, LibreChat, n8n,
+LangChain or the `openai` client talk to an OVOS hub. Its HTTP server, `hivemind-chat openai`,
+is bridges/openai_http.py (Starlette and uvicorn, extra `[openai]`). Each request's latest
+user message is the utterance; the hub keeps the conversation in its OVOS Session, so which
+session a request continues is decided by core/openai_conversations.ConversationIndex (a
+header, the body's `user`, or its history), and a session's state is read and seeded through
+the agent (`session_snapshot`, `seed_session`), never in OVOS's SessionManager directly.
 
     GET  /v1/models              one model, "hivemind-chat" (any model name is accepted)
     POST /v1/chat/completions    plain or `stream: true` (SSE chunks, then `data: [DONE]`)
@@ -20,23 +20,16 @@ import time
 import uuid
 from typing import Any, AsyncIterator, Dict, List, Optional, Tuple
 
-from ovos_bus_client.session import Session, SessionManager
 from ovos_utils.log import LOG
 
+from hivemind_chat_agent.bridges.hub_failures import hub_address, hub_failure
 from hivemind_chat_agent.core.openai_conversations import (
     Continuation,
     ConversationIndex,
     content_text,
 )
 from hivemind_chat_agent.core.outcomes import TurnStatus
-from hivemind_chat_agent.errors import (
-    AuthenticationError,
-    ConnectionLostError,
-    HiveMindChatError,
-    HubUnreachableError,
-    PolicyDeniedError,
-    TurnTimeoutError,
-)
+from hivemind_chat_agent.errors import HiveMindChatError
 
 MODEL = "hivemind-chat"
 
@@ -55,40 +48,9 @@ class APIError(Exception):
 
 
 def hub_error(e: HiveMindChatError, hub: str) -> APIError:
-    """The agent's typed error as the HTTP status an OpenAI client understands, naming the hub
-    and the failure; the agent's full message is logged here, never sent."""
-    LOG.warning(f"a turn failed: {type(e).__name__}: {e}")
-    if isinstance(e, TurnTimeoutError):
-        return APIError(504, f"the OVOS hub at {hub} did not answer in time", "timeout",
-                        "timeout")
-    if isinstance(e, PolicyDeniedError):
-        return APIError(503, f"the OVOS hub at {hub} refused the utterance (its message "
-                             "policy: the server's log says which topic)", "server_error",
-                        "hub_refused")
-    if isinstance(e, (HubUnreachableError, ConnectionLostError, AuthenticationError)):
-        why = public_reason(e)
-        return APIError(502, f"the OVOS hub at {hub} is out of reach: {why}; the server's "
-                             "log says more", "server_error", "hub_unreachable")
-    return APIError(502, f"the OVOS hub at {hub} could not answer ({type(e).__name__})",
-                    "server_error", "hub_error")
-
-
-def public_reason(e: HiveMindChatError) -> str:
-    """What went wrong, in words that carry no address, path, header or secret."""
-    if isinstance(e, AuthenticationError):
-        return f"it refused this server's credentials ({type(e).__name__})"
-    if isinstance(e, ConnectionLostError):
-        return "the connection was lost during the turn"
-    return "no HiveMind hub answered there"
-
-
-def hub_address(agent) -> str:
-    """host:port of each hub the agent talks to, for error messages."""
-    cfg = getattr(agent, "settings", None)
-    if cfg is None:
-        return "the configured address"
-    hubs = cfg.hubs or ((cfg.host, cfg.secure, cfg.port),)
-    return ", ".join(f"{host}:{port}" for host, _secure, port in hubs)
+    """The agent's typed error as the OpenAI error object bridges/hub_failures makes of it."""
+    failure = hub_failure(e, hub)
+    return APIError(failure.status, failure.message, failure.kind, failure.code)
 
 
 def utterance_of(body: Any) -> Tuple[str, List[Dict[str, Any]]]:
@@ -121,10 +83,11 @@ class OpenAIBridge:
 
     def continuation(self, key: str, headers: Dict[str, str], body: Dict[str, Any],
                      messages: List[Dict[str, Any]]) -> Continuation:
+        """Which session the request continues; a fork of a known conversation starts from
+        that conversation's state (the agent seeds it, unless it knows the session already)."""
         where = self.index.continuation(key, headers, body.get("user"), messages)
-        if where.start_from is not None and where.session_id not in SessionManager.sessions:
-            SessionManager.sessions[where.session_id] = Session.deserialize(
-                {**where.start_from, "session_id": where.session_id})
+        if where.start_from is not None:
+            self.agent.seed_session(where.session_id, where.start_from)
         return where
 
     async def sentences(self, text: str, where: Continuation) -> AsyncIterator[str]:
@@ -157,9 +120,8 @@ class OpenAIBridge:
                  answer: str) -> None:
         if where.named:
             return          # named conversations are found by their name
-        sess = SessionManager.sessions.get(where.session_id)
         self.index.answered(key, where.session_id, messages, answer,
-                            sess.serialize() if sess is not None else None)
+                            self.agent.session_snapshot(where.session_id))
 
     async def complete(self, caller: str, headers: Dict[str, str], body: Any) -> Dict[str, Any]:
         key, text, messages, where = self._begin(caller, headers, body)
