@@ -1,12 +1,24 @@
-"""ConnectionPool bookkeeping with fake connections and a fake clock (no sockets)."""
-import time
+"""ConnectionPool with fake connections and a fake clock (no sockets): the policy it chooses at
+the first handshake (a connection per session, or shared ones), bounds, eviction, idle reaping,
+pins, spares, discard and shutdown. The fakes carry no pool state: the pool keeps its own."""
+import threading
+from collections import Counter
 
 import pytest
+from fake_clock import FakeClock
 from ovos_bus_client.session import Session
 
+from hivemind_chat_agent.client.abandonment import Abandonment, TurnAbandoned
 from hivemind_chat_agent.client.config import ClientConfig
 from hivemind_chat_agent.client.pool import ConnectionPool
-from hivemind_chat_agent.errors import AgentClosedError
+from hivemind_chat_agent.errors import (
+    AccessKeyRejectedError,
+    AgentClosedError,
+    HubUnreachableError,
+    WrongPasswordError,
+)
+
+SETTLE = 5.0     # seconds at most for the pool's threads (a spares refill) to reach a rest
 
 
 class FakeConnection:
@@ -17,9 +29,6 @@ class FakeConnection:
         self.session_id = session.session_id if session is not None else ""   # "": a spare
         self.useragent = f"fake-{len(FakeConnection.opened)}"
         self.alive = True
-        self.leases = 0
-        self.last_used = 0.0
-        self.retired = False
         FakeConnection.opened.append(self)
 
     def connect(self):
@@ -37,30 +46,66 @@ class FakeConnection:
         self.alive = False
 
 
-class Clock:
-    now = 0.0
+class SharingConnection(FakeConnection):
+    many_sessions = True           # a 5.x hub: each message declares its Session
 
-    def __call__(self):
-        return self.now
+    def __init__(self, config, session):
+        super().__init__(config, session)
+        self.many_sessions = True
+
+
+def make_pool(factory=FakeConnection, clock=None, **settings):
+    FakeConnection.opened = []
+    config = ClientConfig.from_dict({"host": "127.0.0.1", "key": "k", "password": "p",
+                                     **settings})
+    return ConnectionPool(config, factory=factory, clock=clock or FakeClock())
 
 
 @pytest.fixture
-def pool():
-    FakeConnection.opened = []
-    clock = Clock()
-    config = ClientConfig.from_dict({"host": "127.0.0.1", "key": "k", "password": "p",
-                                     "max_connections": 2, "idle_timeout": 10})
-    p = ConnectionPool(config, factory=FakeConnection, clock=clock)
-    p.clock = clock
+def clock():
+    return FakeClock()
+
+
+@pytest.fixture
+def pool(clock):
+    p = make_pool(clock=clock, max_connections=2, idle_timeout=10)
     yield p
     p.close_all()
 
+
+@pytest.fixture
+def shared_pool(clock):
+    p = make_pool(SharingConnection, clock=clock, max_connections=2, idle_timeout=10,
+                  shared_connections=4)
+    yield p
+    p.close_all()
+
+
+def open_sessions(pool, *sids):
+    return {sid for sid in sids if pool.peek(sid) is not None}
+
+
+# ---- the choice, at the first handshake ----
+
+def test_the_policy_is_chosen_by_the_first_handshake(pool, shared_pool):
+    assert pool.sharing is None and shared_pool.sharing is None and len(pool) == 0
+    pool.release(pool.acquire(Session("a")))
+    shared_pool.release(shared_pool.acquire(Session("a")))
+    assert pool.sharing is False and shared_pool.sharing is True
+    off = make_pool(SharingConnection, share_connections=False)
+    assert off.sharing is False                      # sharing off: no handshake to wait for
+    a, b = off.acquire(Session("a")), off.acquire(Session("b"))
+    assert a is not b                                # a 5.x hub, yet a connection each
+    off.close_all()
+
+
+# ---- a connection per session (4.x) ----
 
 def test_reuses_a_live_connection(pool):
     a = pool.acquire(Session("a"))
     pool.release(a)
     assert pool.acquire(Session("a")) is a
-    assert len(FakeConnection.opened) == 1
+    assert len(FakeConnection.opened) == 1 == pool.connections_opened
 
 
 def test_dead_connection_is_replaced(pool):
@@ -76,7 +121,7 @@ def test_least_recently_used_idle_connection_is_evicted(pool):
         pool.release(pool.acquire(Session(sid)))
     pool.release(pool.acquire(Session("a")))          # "b" is now least recently used
     pool.release(pool.acquire(Session("c")))
-    assert set(pool._conns) == {"a", "c"}
+    assert open_sessions(pool, "a", "b", "c") == {"a", "c"}
     assert not FakeConnection.opened[1].alive
 
 
@@ -84,8 +129,23 @@ def test_a_leased_connection_is_never_evicted(pool):
     a = pool.acquire(Session("a"))                    # a turn is about to start on it
     pool.release(pool.acquire(Session("b")))
     pool.release(pool.acquire(Session("c")))
-    assert a.alive and "a" in pool._conns and "b" not in pool._conns
+    assert a.alive and open_sessions(pool, "a", "b", "c") == {"a", "c"}
     pool.release(a)
+
+
+def test_a_pinned_connection_is_neither_evicted_nor_reaped(pool, clock):
+    pool.release(pool.acquire(Session("a")))
+    pool.pin("a")
+    pool.pin("a")                                     # two listeners
+    for sid in ("b", "c"):
+        pool.release(pool.acquire(Session(sid)))
+    assert open_sessions(pool, "a", "b", "c") == {"a", "c"}
+    clock.advance(10)
+    assert pool.reap_idle() == 1 and open_sessions(pool, "a", "c") == {"a"}
+    pool.unpin("a")
+    assert pool.reap_idle() == 0                      # one listener is left
+    pool.unpin("a")
+    assert pool.reap_idle() == 1 and len(pool) == 0
 
 
 def test_over_bound_when_all_are_leased_then_trimmed_by_the_reaper(pool):
@@ -97,49 +157,49 @@ def test_over_bound_when_all_are_leased_then_trimmed_by_the_reaper(pool):
     assert len(pool) == 2
 
 
-def test_idle_connections_are_reaped_after_idle_timeout(pool):
+def test_idle_connections_are_reaped_after_idle_timeout(pool, clock):
     pool.release(pool.acquire(Session("a")))
-    pool.clock.now = 9.9
+    clock.advance(9.9)
     assert pool.reap_idle() == 0
-    pool.clock.now = 10.0
+    clock.advance(0.1)
     assert pool.reap_idle() == 1 and len(pool) == 0
+
+
+def test_idle_time_counts_from_the_last_turns_end(pool, clock):
+    conn = pool.acquire(Session("a"))
+    clock.advance(30)                                 # a long turn holds it
+    assert pool.reap_idle() == 0
+    pool.release(conn)
+    clock.advance(9.9)
+    assert pool.reap_idle() == 0 and conn.alive
+
+
+def test_a_discarded_connection_is_closed_and_the_next_turn_connects(pool):
+    a = pool.acquire(Session("a"))
+    pool.release(a)
+    pool.discard("a")
+    assert not a.alive and pool.peek("a") is None
+    assert pool.acquire(Session("a")) is not a
 
 
 def test_closed_pool_refuses_and_closes_everything(pool):
     a = pool.acquire(Session("a"))
     pool.close_all()
     assert not a.alive
+    pool.release(a)                                   # the turn ends after the shutdown
     with pytest.raises(AgentClosedError):
         pool.acquire(Session("b"))
+    assert len(pool) == 0
 
 
-class SharingConnection(FakeConnection):
-    many_sessions = True           # a 5.x hub: each message declares its Session
-
-    def __init__(self, config, session):
-        super().__init__(config, session)
-        self.many_sessions = True
-
-
-@pytest.fixture
-def shared_pool():
-    FakeConnection.opened = []
-    clock = Clock()
-    config = ClientConfig.from_dict({"host": "127.0.0.1", "key": "k", "password": "p",
-                                     "max_connections": 2, "idle_timeout": 10,
-                                     "shared_connections": 4})
-    p = ConnectionPool(config, factory=SharingConnection, clock=clock)
-    p.clock = clock
-    yield p
-    p.close_all()
-
+# ---- shared connections (5.x) ----
 
 def test_a_sharing_hub_carries_every_session_over_a_few_connections(shared_pool):
     """A new conversation joins an open connection (no handshake); another connection opens
     only while all are busy, up to shared_connections; a session stays where it was."""
     held = [shared_pool.acquire(Session(f"s{k}")) for k in range(100)]   # all in flight
     assert len(FakeConnection.opened) == 4 == len(shared_pool)
-    assert max(c.leases for c in FakeConnection.opened) <= 25
+    assert max(Counter(map(id, held)).values()) <= 25
     for k, conn in enumerate(held):
         assert shared_pool.peek(f"s{k}") is conn
         shared_pool.release(conn)
@@ -152,6 +212,15 @@ def test_a_sharing_hub_carries_every_session_over_a_few_connections(shared_pool)
     shared_pool.release(fresh)
 
 
+def test_another_shared_connection_opens_only_once_one_carries_16_turns(shared_pool):
+    held = [shared_pool.acquire(Session(f"s{k}")) for k in range(16)]
+    assert len(set(map(id, held))) == 1
+    held.append(shared_pool.acquire(Session("s16")))
+    assert held[-1] is not held[0] and len(shared_pool) == 2
+    for conn in held:
+        shared_pool.release(conn)
+
+
 def test_one_idle_connection_serves_new_sessions_one_after_another(shared_pool):
     for k in range(50):
         shared_pool.release(shared_pool.acquire(Session(f"s{k}")))
@@ -161,15 +230,25 @@ def test_one_idle_connection_serves_new_sessions_one_after_another(shared_pool):
 def test_discarding_a_shared_connection_waits_for_the_other_sessions_turns(shared_pool):
     a = shared_pool.acquire(Session("s1"))
     b = shared_pool.acquire(Session("s2"))
-    assert a is b and a.leases == 2
+    assert a is b
     shared_pool.release(a)
     shared_pool.discard("s1")
-    assert a.alive and a.retired                  # s2's turn is still on it
+    assert a.alive and shared_pool.peek("s2") is None   # s2's turn is still on it: retired
     fresh = shared_pool.acquire(Session("s1"))
     assert fresh is not a
-    shared_pool.release(b)
-    assert not a.alive                            # closed with its last turn
+    assert shared_pool.acquire(Session("s2")) is fresh  # no new turn joins the retired one
     shared_pool.release(fresh)
+    shared_pool.release(b)
+    assert not a.alive                                  # closed with its last turn
+    shared_pool.release(fresh)
+
+
+def test_shutdown_closes_a_retired_connection_a_turn_still_holds(shared_pool):
+    a = shared_pool.acquire(Session("s1"))
+    shared_pool.acquire(Session("s2"))
+    shared_pool.discard("s1")
+    shared_pool.close_all()
+    assert not a.alive
 
 
 def test_a_hub_that_mixes_up_sessions_falls_back_to_one_connection_each(shared_pool):
@@ -179,47 +258,51 @@ def test_a_hub_that_mixes_up_sessions_falls_back_to_one_connection_each(shared_p
     again = shared_pool.acquire(Session("s1"))
     other = shared_pool.acquire(Session("s2"))
     assert again is not first and other is not again and not first.alive
+    assert shared_pool.sharing is False and shared_pool.peek("s1") is again
     shared_pool.release(again)
     shared_pool.release(other)
 
 
-def test_idle_shared_connections_are_reaped_unless_someone_listens(shared_pool):
+def test_a_connection_a_turn_holds_closes_when_sharing_ends_with_its_turn(shared_pool):
+    first = shared_pool.acquire(Session("s1"))
+    first.many_sessions = False
+    other = shared_pool.acquire(Session("s2"))
+    assert other is not first and first.alive     # s1's turn is still on it
+    shared_pool.release(first)
+    assert not first.alive
+    shared_pool.release(other)
+
+
+def test_idle_shared_connections_are_reaped_unless_someone_listens(shared_pool, clock):
     conn = shared_pool.acquire(Session("s1"))
     shared_pool.release(conn)
     shared_pool.pin("s1")
-    shared_pool.clock.now = 100
+    clock.advance(100)
     assert shared_pool.reap_idle() == 0 and conn.alive
     shared_pool.unpin("s1")
     assert shared_pool.reap_idle() == 1 and not conn.alive and len(shared_pool) == 0
 
 
+# ---- spares (4.x) ----
+
 def spare_pool(count, factory=FakeConnection):
-    FakeConnection.opened = []
-    config = ClientConfig.from_dict({"host": "127.0.0.1", "key": "k", "password": "p",
-                                     "spare_connections": count, "churn_guard": 0})
-    return ConnectionPool(config, factory=factory)
-
-
-def settle(pool, count):
-    deadline = time.monotonic() + 5
-    while len(pool.spares) < count and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return len(pool.spares)
+    return make_pool(factory, spare_connections=count, churn_guard=0)
 
 
 def test_warm_up_fills_spares_and_a_new_session_claims_one_without_a_handshake():
     pool = spare_pool(3)
     try:
         pool.warm()
-        assert settle(pool, 3) == 3 and len(FakeConnection.opened) == 3
+        assert pool.spares.settle(SETTLE) == 3 and len(FakeConnection.opened) == 3
+        ready = pool.spares.ready()
         conn = pool.acquire(Session("new"))
-        assert conn.session_id == "new" and conn in FakeConnection.opened[:3]
+        assert conn.session_id == "new" and conn in ready
         assert len(FakeConnection.opened) == 3          # claimed, not opened
-        assert len(pool.spares) == 2                    # no refill while a turn holds one
-        time.sleep(0.3)
-        assert len(pool.spares) == 2
+        assert pool.spares.settle(SETTLE) == 2          # no refill while a turn holds one
+        assert pool.spares.refilling and len(FakeConnection.opened) == 3
         pool.release(conn)
-        assert settle(pool, 3) == 3 and len(FakeConnection.opened) == 4
+        assert pool.spares.settle(SETTLE) == 3 and len(FakeConnection.opened) == 4
+        assert not pool.spares.refilling
         assert pool.acquire(Session("new")) is conn     # a known session keeps its own
     finally:
         pool.close_all()
@@ -230,23 +313,23 @@ def test_a_dead_spare_is_skipped_and_without_spares_a_session_connects():
     pool = spare_pool(1)
     try:
         pool.warm()
-        assert settle(pool, 1) == 1
+        assert pool.spares.settle(SETTLE) == 1
         FakeConnection.opened[0].alive = False          # the hub restarted meanwhile
         conn = pool.acquire(Session("a"))
         assert conn is not FakeConnection.opened[0] and conn.session_id == "a"
         pool.release(conn)
-        assert settle(pool, 1) == 1                     # finding none started a refill
+        assert pool.spares.settle(SETTLE) == 1          # finding none started a refill
         none = spare_pool(0)
         none.warm()                                     # connects, learns, keeps nothing
         proved = FakeConnection.opened[0]
         assert len(FakeConnection.opened) == 1 and len(none.spares) == 0 and not proved.alive
+        assert none.sharing is False
         none.close_all()
     finally:
         pool.close_all()
 
 
 def test_a_refill_stops_at_a_failure_and_the_next_new_session_starts_it_again():
-    from hivemind_chat_agent.errors import HubUnreachableError
     restarting = []
 
     class Flaky(FakeConnection):
@@ -257,34 +340,26 @@ def test_a_refill_stops_at_a_failure_and_the_next_new_session_starts_it_again():
     pool = spare_pool(2, factory=Flaky)
     try:
         pool.warm()
-        assert settle(pool, 2) == 2
+        assert pool.spares.settle(SETTLE) == 2
         restarting.append(True)
         for sid in ("a", "b"):
             pool.release(pool.acquire(Session(sid)))
-        deadline = time.monotonic() + 5
-        while (len(pool.spares) or pool.spares._refilling) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert len(pool.spares) == 0 and not pool.spares._refilling   # gave up: no loop
+        assert pool.spares.settle(SETTLE) == 0
+        assert not pool.spares.refilling                # gave up: no loop
         opened = len(FakeConnection.opened)
-        time.sleep(0.3)
-        assert len(FakeConnection.opened) == opened
+        assert pool.spares.settle(SETTLE) == 0 and len(FakeConnection.opened) == opened
         restarting.clear()
         pool.release(pool.acquire(Session("c")))    # finds none: connects, and refills
-        assert settle(pool, 2) == 2
+        assert pool.spares.settle(SETTLE) == 2
     finally:
         pool.close_all()
 
 
 def test_warm_up_with_sharing_off_still_connects_and_raises_a_refusal():
-    from hivemind_chat_agent.errors import AccessKeyRejectedError
-
     class Refused(FakeConnection):
         def connect(self):
             raise AccessKeyRejectedError("unknown key")
-    FakeConnection.opened = []
-    config = ClientConfig.from_dict({"host": "127.0.0.1", "key": "k", "password": "p",
-                                     "share_connections": False})
-    pool = ConnectionPool(config, factory=Refused)
+    pool = make_pool(Refused, share_connections=False)
     try:
         with pytest.raises(AccessKeyRejectedError):
             pool.warm()
@@ -293,20 +368,25 @@ def test_warm_up_with_sharing_off_still_connects_and_raises_a_refusal():
 
 
 def test_a_turn_during_warm_up_of_a_sharing_hub_joins_its_connection():
-    import threading
+    claiming, proceed = threading.Event(), threading.Event()
 
     class SlowClaim(SharingConnection):
         def claim(self, session):
-            time.sleep(0.3)
+            claiming.set()
+            assert proceed.wait(SETTLE)
             return super().claim(session)
     pool = spare_pool(0, factory=SlowClaim)
+    got = []
     try:
         warming = threading.Thread(target=pool.warm)
         warming.start()
-        time.sleep(0.1)                          # warm-up is claiming its shared connection
-        conn = pool.acquire(Session("early"))
-        warming.join(5)
-        assert len(FakeConnection.opened) == 1 and conn is FakeConnection.opened[0]
+        assert claiming.wait(SETTLE)             # warm-up is claiming its shared connection
+        turn = threading.Thread(target=lambda: got.append(pool.acquire(Session("early"))))
+        turn.start()
+        proceed.set()
+        warming.join(SETTLE)
+        turn.join(SETTLE)
+        assert len(FakeConnection.opened) == 1 and got == [FakeConnection.opened[0]]
     finally:
         pool.close_all()
 
@@ -315,15 +395,16 @@ def test_a_sharing_hub_has_no_spares_and_warm_up_opens_the_shared_connection():
     pool = spare_pool(4, factory=SharingConnection)
     try:
         pool.warm()
-        time.sleep(0.2)
-        assert len(FakeConnection.opened) == 1 and len(pool.spares) == 0
+        assert pool.spares.settle(SETTLE) == 0 and not pool.spares.refilling
+        assert len(FakeConnection.opened) == 1 and pool.sharing is True
         assert pool.acquire(Session("x")) is FakeConnection.opened[0]
     finally:
         pool.close_all()
 
 
+# ---- connecting ----
+
 def test_a_host_list_is_tried_in_order_and_the_hub_that_answered_is_tried_first():
-    from hivemind_chat_agent.errors import HubUnreachableError, WrongPasswordError
     down, tried = {"hub-a"}, []
 
     class ListedConnection(FakeConnection):
@@ -361,16 +442,16 @@ def test_a_host_list_is_tried_in_order_and_the_hub_that_answered_is_tried_first(
 class SlowConnection(FakeConnection):
     """A connect that lasts until it is aborted (HubConnection.abort_connect), as a 4.x
     hub's handshake does for a while."""
+    started = threading.Event()
 
     def __init__(self, config, session):
         super().__init__(config, session)
-        import threading
-        self.started, self.aborted = threading.Event(), threading.Event()
+        self.aborted = threading.Event()
         self.error = None
 
     def connect(self):
-        self.started.set()
-        if not self.aborted.wait(5):
+        SlowConnection.started.set()
+        if not self.aborted.wait(SETTLE):
             return self
         raise self.error
 
@@ -382,12 +463,8 @@ class SlowConnection(FakeConnection):
 def test_a_connect_for_a_caller_who_gave_up_is_dropped_or_aborted():
     """A front's caller who hangs up while its new conversation connects: a connect not begun
     is never started, one in progress is aborted, and nothing is filed in the pool."""
-    import threading
-
-    from hivemind_chat_agent.client.abandonment import Abandonment, TurnAbandoned
-    FakeConnection.opened = []
-    config = ClientConfig.from_dict({"host": "127.0.0.1", "key": "k", "password": "p"})
-    pool = ConnectionPool(config, factory=SlowConnection, clock=Clock())
+    SlowConnection.started.clear()
+    pool = make_pool(SlowConnection)
     try:
         gone = Abandonment()
         gone.give_up()
@@ -404,12 +481,27 @@ def test_a_connect_for_a_caller_who_gave_up_is_dropped_or_aborted():
                 failed.append(e)
         worker = threading.Thread(target=acquire)
         worker.start()
-        deadline = time.monotonic() + 5
-        while not (FakeConnection.opened and FakeConnection.opened[0].started.is_set()):
-            assert time.monotonic() < deadline, "the connect never began"
-            time.sleep(0.01)
+        assert SlowConnection.started.wait(SETTLE), "the connect never began"
         connecting.give_up()
-        worker.join(2)
+        worker.join(SETTLE)
         assert failed and FakeConnection.opened[0].aborted.is_set() and len(pool) == 0
     finally:
         pool.close_all()
+
+
+def test_a_shutdown_aborts_a_connect_in_progress():
+    SlowConnection.started.clear()
+    pool = make_pool(SlowConnection)
+    failed = []
+
+    def acquire():
+        try:
+            pool.acquire(Session("a"))
+        except AgentClosedError as e:
+            failed.append(e)
+    worker = threading.Thread(target=acquire)
+    worker.start()
+    assert SlowConnection.started.wait(SETTLE)
+    pool.close_all()
+    worker.join(SETTLE)
+    assert failed and FakeConnection.opened[0].aborted.is_set()

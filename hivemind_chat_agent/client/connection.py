@@ -89,14 +89,11 @@ class HubConnection:
         self._done = threading.Event()      # ready or closed, whichever first
         self._ended = threading.Event()     # closed (link.error says why, when it knows)
         self.topic = topic or UtteranceTopic(config.utterance_topic)
-        self.retired = False                # the pool gives it no new turns
         # a stock 4.0 hub plugin forwards replies while the hub's client table changes: our
         # HELLO and close wait until the hub has acted on them (client/churn_gate.py)
         self.acknowledge_changes = False
         self._close_wait = 0.0      # how long the close under way waits for the hub's
         self._thread: Optional[threading.Thread] = None
-        self.last_used = clock.now()
-        self.leases = 0                     # turns holding this connection (the pool's lock)
         self._transport = transport(self, config, self.useragent,
                                     self.session_id or self.useragent)
         self.reports = SatelliteReports(
@@ -224,7 +221,6 @@ class HubConnection:
                            "source": self.useragent, "platform": self.config.useragent,
                            "destination": "HiveMind"})
         handle.message = message
-        self.last_used = self._clock.now()
         self._send_or_say_why(HiveMessage(HiveMessageType.BUS, payload=message))
         return handle   # a close from now on reaches the turn as LOST
 
@@ -256,7 +252,6 @@ class HubConnection:
 
     def finish_turn(self, handle: TurnHandle, stopped: bool = False) -> None:
         self.turns.finish(handle, stopped)
-        self.last_used = self._clock.now()
 
     def report_audio_end(self, tag: Optional[str] = None,
                          session_id: Optional[str] = None) -> None:
