@@ -107,10 +107,8 @@ def concurrency(generation, served_extra):
 
 def spares_ready(agent, count, wait=30.0):
     """A server that has been running has its spares (4.x hubs; 5.x shares one connection)."""
-    deadline = time.monotonic() + wait
-    while agent.pool._sharing is False and len(agent.pool.spares) < count and \
-            time.monotonic() < deadline:
-        time.sleep(0.05)
+    if agent.pool.sharing is False:
+        agent.pool.spares.settle(wait)
 
 
 def main():

@@ -407,13 +407,7 @@ def main():
         objects1, blocks1 = object_census(), sys.getallocatedblocks()
 
         agent = HiveMindChatAgent(dict(config))
-        connects = [0]
-        factory = agent.pool._factory            # count connections opened (churn)
-
-        def counting_factory(cfg, session):
-            connects[0] += 1
-            return factory(cfg, session)
-        agent.pool._factory = counting_factory
+        pool = agent.pool                        # counts connections opened (churn)
 
         tally, admission, stop = Tally(), Admission(args.max_connections), threading.Event()
         samples = [Sample(0.0, 0, agent, hub.proc.pid)]
@@ -436,7 +430,8 @@ def main():
                 lost = sum(tally.lost.values())
                 print(f"  {s.at:6.0f} s  {s.turns:6d}/{total} turns ({s.turns / s.at:5.1f}/s) "
                       f"[{admission.phase:6s} {admission.active:3d} in]  lost {lost}  problems "
-                      f"{sum(tally.problems.values())}  connects {connects[0]}  pool {s.pool}  "
+                      f"{sum(tally.problems.values())}  connects {pool.connections_opened}  "
+                      f"pool {s.pool}  "
                       f"RSS {s.rss:.1f} MiB  threads {s.threads}  fds {s.fds}  hub RSS "
                       f"{s.hub_rss:.1f} MiB", flush=True)
                 next_progress = now + args.progress_seconds
@@ -459,8 +454,8 @@ def main():
         gc.collect()
         fds3, threads3 = settle(fds1, threads1, 2.0)
         rss_after = rss_mib()
-        agent.pool._factory = factory
-        agent = factory = counting_factory = None  # nothing of it left here
+        connects = pool.connections_opened
+        agent = pool = None  # nothing of it left here
         gc.collect()
         objects2, blocks2 = object_census(), sys.getallocatedblocks()
         agent_sessions = sum(1 for sid in SessionManager.sessions if sid.startswith("soak-"))
@@ -477,7 +472,7 @@ def main():
     print()
     print(f"ran {elapsed:.1f} s for {tally.turns + lost} turns "
           f"({(tally.turns + lost) / elapsed:.1f} turns/s), {phases} phases, "
-          f"{connects[0]} connections opened (max_connections={args.max_connections}); "
+          f"{connects} connections opened (max_connections={args.max_connections}); "
           f"shutdown took {shut_seconds:.2f} s")
     print(f"CPU during the soak: client {cpu:.0f} s ({cpu / elapsed:.0%} of one core), hub "
           f"{hub_cpu:.0f} s ({hub_cpu / elapsed:.0%} of one core), {os.cpu_count()} cores")

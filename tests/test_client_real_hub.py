@@ -183,10 +183,11 @@ def test_connections_are_reused_bounded_and_closed_when_idle(creds, make_agent):
     for i in range(5):
         assert agent.get_response("hello", session_id=f"lru-{i}") == "hello there"
     assert len(agent.pool) == 3
-    assert set(agent.pool._conns) == {"lru-2", "lru-3", "lru-4"}
-    conn = agent.pool._conns["lru-4"]
+    assert {f"lru-{i}" for i in range(5) if agent.pool.peek(f"lru-{i}")} == \
+        {"lru-2", "lru-3", "lru-4"}
+    conn = agent.pool.peek("lru-4")
     assert agent.get_response("hello", session_id="lru-4") == "hello there"
-    assert agent.pool._conns["lru-4"] is conn            # reused, not reconnected
+    assert agent.pool.peek("lru-4") is conn              # reused, not reconnected
     deadline = time.monotonic() + 15
     while len(agent.pool) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -251,20 +252,16 @@ def test_spare_connections_become_new_sessions_own_with_their_state_apart(creds,
     agent = make_agent(creds.agent_config(spare_connections=3,
                                           share_connections=False))   # 5.x: as on 4.x
     agent.warm_up()
-    deadline = time.monotonic() + 10
-    while len(agent.pool.spares) < 3 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    spares = set(map(id, agent.pool.spares._ready))
+    assert agent.pool.spares.settle(10) == 3
+    spares = set(map(id, agent.pool.spares.ready()))
     assert len(spares) == 3
     for k in range(3):
         assert agent.get_response(f"remember word{k}", session_id=f"spare-{k}")
-    assert {id(agent.pool._conns[f"spare-{k}"]) for k in range(3)} == spares
+    assert {id(agent.pool.peek(f"spare-{k}")) for k in range(3)} == spares
     for k in range(3):
         assert agent.get_response("recall", session_id=f"spare-{k}") == f"you said word{k}"
         assert agent.get_response("whoami", session_id=f"spare-{k}") == f"session spare-{k}"
-    while len(agent.pool.spares) < 3 and time.monotonic() < deadline + 10:
-        time.sleep(0.05)
-    assert len(agent.pool.spares) == 3 and len(agent.pool) == 3
+    assert agent.pool.spares.settle(10) == 3 and len(agent.pool) == 3   # refilled, idle
 
 
 def test_warm_up_raises_a_refused_key_at_once(creds, make_agent):
