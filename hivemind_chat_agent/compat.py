@@ -15,9 +15,6 @@ Each entry: the library and versions it targets, why, and the upstream fix that 
 - `bound_frame_length`: websocket-client 1.x `frame_buffer.recv_length` (of one socket). A
   frame is refused by its header, before websocket-client buffers the length the hub announces
   (a 50 MB frame cost 65-122 MB). Fix: a maximum frame size in websocket-client.
-- `without_registering`: hivemind-bus-client 1.x `HiveMessageBusClient.__init__` registers a
-  blank Session under our id in `SessionManager`, over the conversation's. Fix: a constructor
-  that leaves the registry alone.
 - `register_session`: ovos-bus-client 1.x `SessionManager.__lock`, 2.x `SessionManager._lock`.
   2.x keeps only the default Session in the registry; agents, personas and skills of this
   process still look conversations up there by id (2.x's intended model: nothing to fix).
@@ -25,9 +22,8 @@ Each entry: the library and versions it targets, why, and the upstream fix that 
   closure. 4.0's `send_msg` drops the write's Future and asyncio logs each failed one. Fix:
   return the Future from `send_msg`.
 """
-import contextlib
 import importlib
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Optional
 
 # codec name -> module of z85base91's pure-Python version (its own fallback for a missing C
 # library: the same bytes, and for HiveMind's frame sizes about the same time)
@@ -105,20 +101,6 @@ def bound_frame_length(sock: Any, limit: int, too_large: Callable[[int], Excepti
             raise too_large(buffer.length + pending)
     buffer.recv_length = bounded_length
     return True
-
-
-@contextlib.contextmanager
-def without_registering(session_id: str) -> Iterator[None]:
-    """Whatever runs inside leaves `SessionManager.sessions[session_id]` as it was."""
-    from ovos_bus_client.session import SessionManager
-    saved = SessionManager.sessions.get(session_id)
-    try:
-        yield
-    finally:
-        if saved is not None:
-            SessionManager.sessions[session_id] = saved
-        else:
-            SessionManager.sessions.pop(session_id, None)
 
 
 def _registry_lock():

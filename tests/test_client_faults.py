@@ -129,22 +129,44 @@ def test_shutdown_during_a_turn_ends_it_and_refuses_more(creds):
         agent.get_response("hello", session_id="closing")
 
 
-def test_bus_messages_are_never_sent_before_the_key_exists(creds):
-    from ovos_bus_client.session import Session
-
+def unconnected(session):
+    """A HubConnection (and its transport) for `session`, to a port nobody listens on."""
     from hivemind_chat_agent.client.config import ClientConfig
     from hivemind_chat_agent.client.connection import HubConnection
     from hivemind_chat_agent.client.session_book import SessionBook
+    config = ClientConfig.from_dict({"host": "127.0.0.1", "port": free_port(), "key": "k",
+                                     "password": "p"})
+    return config, HubConnection(config, session, SessionBook(session.session_id))
+
+
+def test_bus_messages_are_never_sent_before_the_key_exists():
+    from ovos_bus_client.session import Session
+
     from hivemind_chat_agent.client.transport import open_transport
-    config = ClientConfig.from_dict(creds.agent_config())
-    owner = HubConnection(config, Session("plain"), SessionBook("plain"))
-    transport = open_transport(owner, config, "plain-test", "plain")
+    config, owner = unconnected(Session("plain"))
+    transport = open_transport(owner, config, "plain-test")
     with pytest.raises(ConnectionLostError, match="encrypted"):
         transport.emit(HiveMessage(HiveMessageType.BUS, payload=Message("speak")))
     with pytest.raises(ConnectionLostError):
         transport.emit(HiveMessage(HiveMessageType.HELLO, payload={}))
     transport.release()
     owner.close()
+
+
+def test_a_new_connection_leaves_the_session_registry_alone():
+    """Opening a connection writes nothing into SessionManager, where the conversation's own
+    Session is (hivemind-bus-client's client constructor, beside ovos-bus-client 1.x, put a
+    blank one there under the id it was given)."""
+    from ovos_bus_client.session import Session, SessionManager
+
+    from hivemind_chat_agent import compat
+    mine = compat.register_session(Session("registry-kept"))
+    try:
+        _, connection = unconnected(mine)
+        connection.close()
+        assert SessionManager.sessions["registry-kept"] is mine
+    finally:
+        SessionManager.sessions.pop("registry-kept", None)
 
 
 def test_key_and_password_never_appear_in_our_logs(hub, creds, monkeypatch):

@@ -35,18 +35,6 @@ def test_websocket_clients_frame_buffer_can_be_bounded():
         sock.frame_buffer.recv_length()
 
 
-def test_the_bus_clients_constructor_leaves_the_session_registry_alone():
-    from hivemind_bus_client.client import HiveMessageBusClient
-    from ovos_bus_client.session import Session, SessionManager
-    mine = Session("compat-registry")
-    compat.register_session(mine)
-    with compat.without_registering("compat-registry"):
-        HiveMessageBusClient(key="k" * 32, password="p", host="ws://127.0.0.1", port=1,
-                             useragent="compat", internal_bus=None)
-    assert SessionManager.sessions["compat-registry"] is mine
-    SessionManager.sessions.pop("compat-registry", None)
-
-
 def test_the_session_registry_has_its_lock():
     assert compat._registry_lock() is not None
 

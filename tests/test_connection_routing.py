@@ -143,7 +143,7 @@ class RecordingTransport:
     """The socket layer as HubConnection sees it, recording what would be sent; `refuse`
     makes a send fail as the transport does once the hub dropped the channel."""
 
-    def __init__(self, owner, config, useragent, session_id):
+    def __init__(self, owner, config, useragent):
         self.owner, self.sent, self.channel, self.refuse = owner, [], None, None
 
     def emit(self, message):

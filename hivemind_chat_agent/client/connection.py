@@ -68,8 +68,8 @@ class HubConnection:
                  on_speaker: Callable[[str], None] = lambda speaker: None,
                  on_turn_records: Callable[[], None] = lambda: None,
                  transport: Callable[..., Any] = open_transport):
-        """`transport(owner, config, useragent, session_id)` makes the socket layer (tests
-        pass one that records what would be sent)."""
+        """`transport(owner, config, useragent)` makes the socket layer (tests pass one that
+        records what would be sent)."""
         self.config = config
         self.session_id = session.session_id if session is not None else ""   # "": a spare
         self._book = book
@@ -94,8 +94,7 @@ class HubConnection:
         self.acknowledge_changes = False
         self._close_wait = 0.0      # how long the close under way waits for the hub's
         self._thread: Optional[threading.Thread] = None
-        self._transport = transport(self, config, self.useragent,
-                                    self.session_id or self.useragent)
+        self._transport = transport(self, config, self.useragent)
         self.reports = SatelliteReports(
             emit=lambda message: self._transport.emit(HiveMessage(HiveMessageType.BUS,
                                                                   payload=message)),

@@ -1,27 +1,33 @@
 """The websocket under one hub connection: TCP/TLS with a connect timeout, frames bounded by
-their header, every frame through the frame gate, sealed sends. No HiveMind state lives here.
+their header, every frame through the frame gate, sealed sends. No HiveMind state lives here:
+core/hub_link.py's `HubLink` is the protocol, and `HubConnection` (client/connection.py) the
+owner this reports to through its `on_socket_*` methods (`SocketOwner`).
 
-hivemind-bus-client's `HiveMessageBusClient` still owns the websocket-client app, but none of
-its protocol runs: its connect(), handshake and emit() are never called, because its connect
-can miss the hub's first HANDSHAKE (a 5 s stall), runs cpuinfo on every connect (1.1 s),
-reconnects forever, and writes every reply's Session into `SessionManager`. `HubConnection` is
-the owner it reports to (its `on_socket_*` methods).
+The socket is websocket-client's `WebSocketApp`, owned here with its callbacks, because it is
+installed already (hivemind-bus-client depends on it: no new dependency), it reads in a plain
+thread and sends from any thread, as the rest of the client works (callers' threads send, one
+socket thread per connection reads, events hand over; an asyncio client would need a loop
+thread and a bridge per call), and its ABNF frame buffer can be reached, so a frame is refused
+by its header before its payload is read (compat.bound_frame_length).
+
+hivemind-bus-client is used for what it is for: `HiveMessage` and its serialization here, the
+handshakes' crypto in core/. Its `HiveMessageBusClient` is not used at all: its connect can
+miss the hub's first HANDSHAKE (a 5 s stall), runs cpuinfo on every connect (1.1 s), reconnects
+forever, and its constructor registers a blank Session under our id in `SessionManager`.
 """
 import functools
 import socket
 import ssl
 import threading
 import uuid
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Protocol
 
 import pybase64
-from hivemind_bus_client.client import HiveMessageBusClient
 from hivemind_bus_client.encryption import SupportedCiphers, SupportedEncodings
-from hivemind_bus_client.identity import NodeIdentity
 from hivemind_bus_client.message import HiveMessage, HiveMessageType
 from hivemind_bus_client.util import serialize_message
 from ovos_utils.log import LOG
-from websocket import ABNF, WebSocketPayloadException, WebSocketProtocolException
+from websocket import ABNF, WebSocketApp, WebSocketPayloadException, WebSocketProtocolException
 
 from hivemind_chat_agent import compat
 from hivemind_chat_agent.client.noise_keys import NoiseKeyring, cached_psk
@@ -32,9 +38,24 @@ from hivemind_chat_agent.errors import ConnectionLostError, HiveMindChatError, H
 
 # Fastest first; the hub picks the first one its config allows.
 ENCODINGS = [SupportedEncodings.JSON_B64, SupportedEncodings.JSON_URLSAFE_B64,
-              SupportedEncodings.JSON_B91, SupportedEncodings.JSON_Z85B,
-              SupportedEncodings.JSON_Z85P, SupportedEncodings.JSON_B32,
-              SupportedEncodings.JSON_HEX]
+             SupportedEncodings.JSON_B91, SupportedEncodings.JSON_Z85B,
+             SupportedEncodings.JSON_Z85P, SupportedEncodings.JSON_B32,
+             SupportedEncodings.JSON_HEX]
+PING_INTERVAL, PING_TIMEOUT = 20, 10   # seconds: pings notice a hub that vanished silently
+
+
+class SocketOwner(Protocol):
+    """What the transport reports to, on its socket thread (client/connection.HubConnection)."""
+
+    def on_socket_open(self) -> None: ...
+
+    def on_socket_message(self, message: HiveMessage) -> None: ...
+
+    def on_socket_untrusted(self, opened: Opened) -> None: ...
+
+    def on_socket_error(self, error: Any) -> None: ...
+
+    def on_socket_close(self, code: Any, reason: str) -> None: ...
 
 
 def garbled(error: Any) -> bool:
@@ -64,32 +85,26 @@ def preferred_ciphers() -> List[str]:
 _QUICKACK = getattr(socket, "TCP_QUICKACK", None)   # Linux only
 
 
-class NullBus:
-    """The library mirrors every BUS message onto an internal bus; we take replies directly."""
-
-    def __init__(self, session_id: str):
-        self.session_id = session_id
-
-    def emit(self, *_args, **_kwargs):
-        pass
-
-    def on(self, *_args, **_kwargs):
-        pass
-
-    def remove(self, *_args, **_kwargs):
-        pass
+def _authorization(useragent: str, key: str) -> str:
+    """hivemind-core reads the client's name and access key from the upgrade request's
+    `authorization` query: base64("useragent:key"), as hivemind-bus-client writes it."""
+    return pybase64.b64encode(f"{useragent}:{key}".encode("utf-8")).decode("utf-8")
 
 
-class IdentityInMemory(dict):
-    """Keeps a connection's credentials out of ~/.config/hivemind/_identity.json."""
-    path = ""
+def hub_url(cfg, useragent: str) -> str:
+    """The upgrade request's URL. It carries the access key: never log it (`redact`)."""
+    return f"{cfg.url_host}:{cfg.port}?authorization={_authorization(useragent, cfg.key)}"
 
 
-class Transport(HiveMessageBusClient):
-    """HiveMessageBusClient with its callbacks pointed at a `HubConnection` and no reconnect loop."""
+class Transport:
+    """One hub's websocket: a `WebSocketApp` whose callbacks feed `owner`, no reconnect loop.
+    `run_forever` (the socket thread) opens and reads it; `emit`, `hub_has_read`, `stop` and
+    `release` are called from any thread. `channel` is set by the owner when the handshake
+    completes; it is cleared here when the socket ends, so nothing is sent in plain text."""
 
-    def __init__(self, owner, **kwargs):
+    def __init__(self, owner: SocketOwner, cfg, useragent: str):
         self._owner = owner
+        self._config = cfg
         self._pending_raw: Optional[socket.socket] = None
         self._stopped = False
         self.channel: Optional[SecureChannel] = None    # set when the handshake completes
@@ -97,79 +112,53 @@ class Transport(HiveMessageBusClient):
         self._pongs: Dict[bytes, threading.Event] = {}   # pings awaiting their pong
         self._hub_closed = threading.Event()   # the hub's close frame (or the socket's end)
         self._socket_thread: Optional[threading.Thread] = None   # runs run_forever
-        super().__init__(**kwargs)
-        self.client.on_pong = self.on_pong
+        self._app = WebSocketApp(hub_url(cfg, useragent), on_open=self._on_open,
+                                 on_message=self._on_message, on_error=self._on_error,
+                                 on_close=self._on_close, on_pong=self._on_pong)
 
-    # The library's connect(), wait_for_handshake() and emit() are never called, so neither are
-    # its connected/handshake events kept here: HubConnection tracks that state itself.
-    def on_open(self, *_args):
+    # ---- the socket thread: websocket-client's callbacks (its app first) ----
+    def _on_open(self, _app) -> None:
         self._bound_frames()
         self._owner.on_socket_open()
 
-    def _bound_frames(self):
+    def _bound_frames(self) -> None:
         """Refuse a frame by its header, before reading it: websocket-client would otherwise
         buffer any length the hub announces, and the same for a message split into
         continuation frames."""
-        compat.bound_frame_length(self.client.sock, self._owner.config.max_frame_bytes,
-                                  _FrameTooLarge)
+        compat.bound_frame_length(self._app.sock, self._config.max_frame_bytes, _FrameTooLarge)
 
-    def on_error(self, *args):
+    def _on_error(self, _app, error: Any) -> None:
         self.channel = None
         self._hub_gone()
-        error = args[-1] if args else None
         if isinstance(error, _FrameTooLarge):
             self._owner.on_socket_untrusted(Opened(Verdict.TOO_LARGE, why=str(error)))
             return
         self._owner.on_socket_error(error)
 
-    def on_pong(self, _app, data):
+    def _on_pong(self, _app, data: Any) -> None:
         waiter = self._pongs.get(bytes(data or b""))
         if waiter is not None:
             waiter.set()
 
-    def _hub_gone(self) -> None:
-        """The socket ended: nothing waits for a pong or a close any longer."""
-        self._hub_closed.set()
-        for waiter in list(self._pongs.values()):
-            waiter.set()
-
-    def hub_has_read(self, timeout: float) -> bool:
-        """Ping and wait (at most `timeout`) for the pong. The hub's tornado reads a
-        connection's frames in order and runs each message's handler before reading the next,
-        so the pong means every frame sent before the ping has been handled (our HELLO, and
-        with it the hub's client table changed). False if no pong came."""
-        token = uuid.uuid4().bytes
-        waiter = self._pongs[token] = threading.Event()
-        try:
-            with self._send_lock:
-                self.client.sock.ping(token)
-            return waiter.wait(timeout) and not self._hub_closed.is_set()
-        except Exception:        # closed meanwhile: nothing to wait for
-            return False
-        finally:
-            self._pongs.pop(token, None)
-
-    def on_close(self, *args):
+    def _on_close(self, _app, code: Any = None, reason: Any = None) -> None:
         """websocket-client passes the hub's close code and reason: a 5.x hub says why it
         refused (1008 "invalid api key", "... contradicts the pinned key")."""
         self.channel = None
         self._hub_gone()
-        code, reason = (args[-2], args[-1]) if len(args) >= 3 else (None, None)
         if isinstance(reason, bytes):
             reason = reason.decode("utf-8", "replace")
         self._owner.on_socket_close(code, reason or "")
 
-    def on_message(self, *args):
+    def _on_message(self, _app, raw: Any) -> None:
         self._ack_now()
-        opened = open_frame(args[-1] if args else None, self.channel,
-                            self._owner.config.max_frame_bytes)
+        opened = open_frame(raw, self.channel, self._config.max_frame_bytes)
         if opened.verdict is Verdict.MORE:
             return
         if opened.verdict is Verdict.OK:
             if opened.message.msg_type == HiveMessageType.BINARY:
                 return     # we asked for no binary payloads
             try:
-                self._handle_hive_protocol(opened.message)
+                self._owner.on_socket_message(opened.message)
             except Exception as e:  # a hostile message must not end the socket thread
                 LOG.debug(f"ignoring unusable message from hub: {type(e).__name__}")
         elif opened.verdict is Verdict.DROP:
@@ -180,29 +169,70 @@ class Transport(HiveMessageBusClient):
         else:
             self._owner.on_socket_untrusted(opened)
 
-    def _ack_now(self):
+    def _hub_gone(self) -> None:
+        """The socket ended: nothing waits for a pong or a close any longer."""
+        self._hub_closed.set()
+        for waiter in list(self._pongs.values()):
+            waiter.set()
+
+    def _ack_now(self) -> None:
         """Acknowledge received data at once instead of after the ~40 ms delayed-ACK timer.
 
         hivemind-core's tornado server does not set TCP_NODELAY, so its `handled` frame, written
         right after a `speak`, is held by Nagle's algorithm until our ACK of the `speak` arrives.
         Linux resets TCP_QUICKACK after each ACK, hence once per frame."""
-        raw = getattr(getattr(self.client, "sock", None), "sock", None)
+        raw = getattr(self._app.sock, "sock", None)
         if raw is not None and _QUICKACK is not None:
             try:
                 raw.setsockopt(socket.IPPROTO_TCP, _QUICKACK, 1)
             except OSError:
                 pass
 
-    @staticmethod
-    def _tls(raw, cfg):
-        """TLS over the connected socket, the hub's certificate verified or pinned
-        (client/tls_pins.py) before the upgrade request, which carries the access key."""
-        return open_tls(raw, cfg)
+    def run_forever(self) -> None:
+        """The socket thread. Opens the TCP (and TLS) connection itself, bounded by
+        connect_timeout (websocket-client has none, so a filtered address would hold this
+        thread for minutes, past shutdown()), verifies or pins the hub's certificate before the
+        upgrade request, which carries the access key (client/tls_pins.py), then reads until
+        the socket ends. A failure before the upgrade reaches the owner as on_socket_error."""
+        self._socket_thread = threading.current_thread()
+        raw = self._open_socket()
+        if raw is None:
+            return
+        self._app.prepared_socket = raw
+        # websocket-client upgrades the prepared socket as it is and, with reconnect=0, never
+        # opens another; were it ever to open one itself, its default would be CERT_NONE:
+        # sslopt makes that verify
+        self._app.run_forever(ping_interval=PING_INTERVAL, ping_timeout=PING_TIMEOUT,
+                              sslopt={"cert_reqs": ssl.CERT_REQUIRED}, reconnect=0)
 
-    def _handle_hive_protocol(self, message: HiveMessage):
-        self._owner.on_socket_message(message)
+    def _open_socket(self) -> Optional[socket.socket]:
+        """The connected TCP/TLS socket, or None (the owner was told why, or stop() ran)."""
+        cfg, raw = self._config, None
+        try:
+            family, kind, proto, _, address = socket.getaddrinfo(
+                cfg.host, cfg.port, type=socket.SOCK_STREAM)[0]
+            raw = socket.socket(family, kind, proto)
+            self._pending_raw = raw          # stop() can reach it while it connects
+            raw.settimeout(cfg.connect_timeout)
+            raw.connect(address)
+            raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if cfg.secure:
+                raw = open_tls(raw, cfg)
+            raw.settimeout(None)
+        except Exception as e:   # refused, unreachable, timed out, TLS failure, stopped
+            if raw is not None:
+                raw.close()
+            self._pending_raw = None
+            self._on_error(self._app, e)
+            return None
+        self._pending_raw = None
+        if self._stopped:                  # stopped while connecting
+            raw.close()
+            return None
+        return raw
 
-    def emit(self, message: HiveMessage, *_args, **_kwargs):
+    # ---- any thread ----
+    def emit(self, message: HiveMessage) -> None:
         """Send one message. Everything but the handshake goes through the channel read once
         here (the socket thread may clear it meanwhile, which must never send plain text),
         sealed and written under one lock (a Noise channel's frames must reach the hub in the
@@ -211,27 +241,43 @@ class Transport(HiveMessageBusClient):
         try:
             with self._send_lock:
                 if message.msg_type == HiveMessageType.HANDSHAKE:
-                    self.client.send(text)
+                    self._app.send(text)
                     return
                 channel = self.channel
                 if channel is None:
                     raise ConnectionLostError("refusing to send before the connection is "
                                               "encrypted; the handshake did not complete")
                 for data, binary in channel.seal(text):
-                    self.client.send(data, ABNF.OPCODE_BINARY if binary else ABNF.OPCODE_TEXT)
+                    self._app.send(data, ABNF.OPCODE_BINARY if binary else ABNF.OPCODE_TEXT)
         except ConnectionLostError:
             raise
         except Exception as e:
             raise ConnectionLostError(f"could not send to the hub ({type(e).__name__}); the "
                                       "connection is gone and the next turn reconnects") from None
 
-    def stop(self, wait_for_hub: float = 0.0):
+    def hub_has_read(self, timeout: float) -> bool:
+        """Ping and wait (at most `timeout`) for the pong. The hub's tornado reads a
+        connection's frames in order and runs each message's handler before reading the next,
+        so the pong means every frame sent before the ping has been handled (our HELLO, and
+        with it the hub's client table changed). False if no pong came."""
+        token = uuid.uuid4().bytes
+        waiter = self._pongs[token] = threading.Event()
+        try:
+            with self._send_lock:
+                self._app.sock.ping(token)
+            return waiter.wait(timeout) and not self._hub_closed.is_set()
+        except Exception:        # closed meanwhile: nothing to wait for
+            return False
+        finally:
+            self._pongs.pop(token, None)
+
+    def stop(self, wait_for_hub: float = 0.0) -> None:
         """End the socket thread now. `WebSocketApp.close()` alone leaves it blocked in select()
         for up to its ping timeout; shutting the socket down wakes it at once. With
         `wait_for_hub`, first wait (at most that long) for the hub's answering close frame:
         tornado sends it as it drops the connection from its client table, so a frame sent
         after it, on any connection, reaches a hub that has done so."""
-        app = self.client
+        app = self._app
         app.keep_running = False
         self._stopped = True
         pending = self._pending_raw   # a TCP/TLS connect still in progress
@@ -255,57 +301,22 @@ class Transport(HiveMessageBusClient):
         except OSError:
             pass
 
-    def release(self):
+    def release(self) -> None:
         """Close the socket's file descriptor now (after stop() and the thread's end), instead
         of whenever the garbage collector gets to it."""
-        ws = self.client.sock
+        ws = self._app.sock
         if ws is not None:
             try:
                 ws.shutdown()      # closes the socket at once (close() would wait for the hub)
             except Exception:
                 pass
-        raw = getattr(ws, "sock", None) or self.client.prepared_socket
+        raw = getattr(ws, "sock", None) or self._app.prepared_socket
         if raw is not None:
             try:
                 raw.close()
             except OSError:
                 pass
-        self.client.prepared_socket = None
-
-    def run_forever(self):
-        """Open the TCP (and TLS) connection ourselves, bounded by connect_timeout: websocket-
-        client has no connect timeout, so a filtered address would hold this thread for minutes,
-        past shutdown()."""
-        self._socket_thread = threading.current_thread()
-        cfg = self._owner.config
-        raw = None
-        try:
-            family, kind, proto, _, address = socket.getaddrinfo(
-                cfg.host, cfg.port, type=socket.SOCK_STREAM)[0]
-            raw = socket.socket(family, kind, proto)
-            self._pending_raw = raw          # stop() can reach it while it connects
-            raw.settimeout(cfg.connect_timeout)
-            raw.connect(address)
-            raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            if cfg.secure:
-                raw = self._tls(raw, cfg)
-            raw.settimeout(None)
-        except Exception as e:   # refused, unreachable, timed out, TLS failure, stopped
-            if raw is not None:
-                raw.close()
-            self._pending_raw = None
-            self.on_error(self.client, e)
-            return
-        self._pending_raw = None
-        if self._stopped:                  # stopped while connecting
-            raw.close()
-            return
-        self.client.prepared_socket = raw
-        # pings notice a hub that vanished without closing the socket. websocket-client uses
-        # the prepared socket as it is (a reconnect would reuse it too); were it ever to open
-        # one itself, its default would be CERT_NONE: sslopt makes that verify
-        self.client.run_forever(ping_interval=20, ping_timeout=10,
-                                sslopt={"cert_reqs": ssl.CERT_REQUIRED})
+        self._app.prepared_socket = None
 
 
 def connect_failure(error: Any, cfg, redact) -> HiveMindChatError:
@@ -331,17 +342,10 @@ class _FrameTooLarge(Exception):
         super().__init__(f"a frame of {size} bytes")
 
 
-def open_transport(owner: Any, cfg, useragent: str, session_id: str) -> Transport:
-    """The websocket client for one HubConnection (`owner` gets its callbacks)."""
+def open_transport(owner: SocketOwner, cfg, useragent: str) -> Transport:
+    """The websocket for one HubConnection (`owner` gets its callbacks), not yet connected."""
     compat.for_client()
-    identity = NodeIdentity(identity_file=IdentityInMemory(name=useragent))
-    identity.site_id = cfg.site_id or "unknown"
-    with compat.without_registering(session_id):   # its constructor registers a blank Session
-        return Transport(owner, key=cfg.key, password=cfg.password, host=cfg.url_host,
-                         port=cfg.port, useragent=useragent,
-                         # its own connect (never called) would otherwise skip verification
-                         self_signed=False,
-                         identity=identity, internal_bus=NullBus(session_id))
+    return Transport(owner, cfg, useragent)
 
 
 def exchange_inputs(cfg) -> ExchangeInputs:
@@ -355,7 +359,6 @@ def exchange_inputs(cfg) -> ExchangeInputs:
 
 def redact(text: str, cfg, useragent: str) -> str:
     """Library errors may quote the URL, whose query carries base64("useragent:key")."""
-    for secret in (cfg.key, cfg.password,
-                   pybase64.b64encode(f"{useragent}:{cfg.key}".encode()).decode()):
+    for secret in (cfg.key, cfg.password, _authorization(useragent, cfg.key)):
         text = text.replace(secret, "***")
     return text
