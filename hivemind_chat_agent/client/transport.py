@@ -20,7 +20,7 @@ import socket
 import ssl
 import threading
 import uuid
-from typing import Any, Dict, List, Optional, Protocol
+from typing import Any, Callable, Dict, List, Optional, Protocol
 
 import pybase64
 from hivemind_bus_client.encryption import SupportedCiphers, SupportedEncodings
@@ -30,6 +30,7 @@ from ovos_utils.log import LOG
 from websocket import ABNF, WebSocketApp, WebSocketPayloadException, WebSocketProtocolException
 
 from hivemind_chat_agent import compat
+from hivemind_chat_agent.client.config import ClientConfig
 from hivemind_chat_agent.client.noise_keys import NoiseKeyring, cached_psk
 from hivemind_chat_agent.client.tls_pins import TLSFailed, open_tls
 from hivemind_chat_agent.core.exchange import ExchangeInputs, SecureChannel
@@ -91,7 +92,7 @@ def _authorization(useragent: str, key: str) -> str:
     return pybase64.b64encode(f"{useragent}:{key}".encode("utf-8")).decode("utf-8")
 
 
-def hub_url(cfg, useragent: str) -> str:
+def hub_url(cfg: ClientConfig, useragent: str) -> str:
     """The upgrade request's URL. It carries the access key: never log it (`redact`)."""
     return f"{cfg.url_host}:{cfg.port}?authorization={_authorization(useragent, cfg.key)}"
 
@@ -102,7 +103,7 @@ class Transport:
     `release` are called from any thread. `channel` is set by the owner when the handshake
     completes; it is cleared here when the socket ends, so nothing is sent in plain text."""
 
-    def __init__(self, owner: SocketOwner, cfg, useragent: str):
+    def __init__(self, owner: SocketOwner, cfg: ClientConfig, useragent: str):
         self._owner = owner
         self._config = cfg
         self._pending_raw: Optional[socket.socket] = None
@@ -155,10 +156,11 @@ class Transport:
         if opened.verdict is Verdict.MORE:
             return
         if opened.verdict is Verdict.OK:
-            if opened.message.msg_type == HiveMessageType.BINARY:
+            message = opened.message
+            if message is None or message.msg_type == HiveMessageType.BINARY:
                 return     # we asked for no binary payloads
             try:
-                self._owner.on_socket_message(opened.message)
+                self._owner.on_socket_message(message)
             except Exception as e:  # a hostile message must not end the socket thread
                 LOG.debug(f"ignoring unusable message from hub: {type(e).__name__}")
         elif opened.verdict is Verdict.DROP:
@@ -260,11 +262,14 @@ class Transport:
         connection's frames in order and runs each message's handler before reading the next,
         so the pong means every frame sent before the ping has been handled (our HELLO, and
         with it the hub's client table changed). False if no pong came."""
+        ws = self._app.sock
+        if ws is None:           # closed already: nothing to wait for
+            return False
         token = uuid.uuid4().bytes
         waiter = self._pongs[token] = threading.Event()
         try:
             with self._send_lock:
-                self._app.sock.ping(token)
+                ws.ping(token)
             return waiter.wait(timeout) and not self._hub_closed.is_set()
         except Exception:        # closed meanwhile: nothing to wait for
             return False
@@ -288,7 +293,7 @@ class Transport:
                 pass
         ws = app.sock
         raw = getattr(ws, "sock", None)
-        if raw is None:
+        if ws is None or raw is None:
             return
         try:
             ws.send_close()
@@ -319,7 +324,8 @@ class Transport:
         self._app.prepared_socket = None
 
 
-def connect_failure(error: Any, cfg, redact) -> HiveMindChatError:
+def connect_failure(error: Any, cfg: ClientConfig,
+                    redact: Callable[[str], str]) -> HiveMindChatError:
     """The typed error for a connection that never opened (before any websocket frame)."""
     where = f"{cfg.url_host}:{cfg.port}"
     if isinstance(error, HiveMindChatError):     # a certificate refused before the upgrade
@@ -342,13 +348,13 @@ class _FrameTooLarge(Exception):
         super().__init__(f"a frame of {size} bytes")
 
 
-def open_transport(owner: SocketOwner, cfg, useragent: str) -> Transport:
+def open_transport(owner: SocketOwner, cfg: ClientConfig, useragent: str) -> Transport:
     """The websocket for one HubConnection (`owner` gets its callbacks), not yet connected."""
     compat.for_client()
     return Transport(owner, cfg, useragent)
 
 
-def exchange_inputs(cfg) -> ExchangeInputs:
+def exchange_inputs(cfg: ClientConfig) -> ExchangeInputs:
     """What either generation's handshake needs from this client."""
     return ExchangeInputs(
         password=cfg.password, hub_address=f"{cfg.host}:{cfg.port}",
@@ -357,7 +363,7 @@ def exchange_inputs(cfg) -> ExchangeInputs:
         max_message_bytes=cfg.max_frame_bytes)
 
 
-def redact(text: str, cfg, useragent: str) -> str:
+def redact(text: str, cfg: ClientConfig, useragent: str) -> str:
     """Library errors may quote the URL, whose query carries base64("useragent:key")."""
     for secret in (cfg.key, cfg.password, _authorization(useragent, cfg.key)):
         text = text.replace(secret, "***")
