@@ -20,7 +20,7 @@ writes at once: the loop cannot wait for itself, and its end goes out when that 
 """
 import threading
 from threading import Lock
-from typing import Any, Callable, Dict, List, Protocol
+from typing import Any, Callable, Dict, List, Optional, Protocol
 
 from ovos_bus_client.message import Message
 from ovos_bus_client.session import SessionManager
@@ -61,6 +61,10 @@ class TurnHost(Protocol):
         """A turn ended: keep its exchange (and its record, if it has one)."""
 
 
+def _not_queued() -> None:
+    """The job of a turn that never reached the executor (cancelling it finds nothing)."""
+
+
 class HubTurn:
     """One satellite utterance on its way through the engine. Thread-safe `finish` guarantees
     exactly one end (answer, failure or timeout), whoever gets there first."""
@@ -81,8 +85,8 @@ class HubTurn:
         self.finished = False
         self.spoke = 0
         self.sentences: List[str] = []   # what the satellite was sent, for the transcript
-        self.job = None   # its place in the executor's queue
-        self.timer = None   # cancels its rolling timeout (the protocol clock's timer)
+        self.job: Callable[[], None] = _not_queued   # its place in the executor's queue
+        self.timer: Optional[Callable[[], None]] = None   # cancels its rolling timeout
         self._stopping = False
         self.turn_id = ""          # the client's id for this turn (its tag), if it sent one
         self.store_client = ""     # whose bounds it counts against in the conversation store

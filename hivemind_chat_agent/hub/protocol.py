@@ -67,8 +67,11 @@ class ChatAgentProtocol(AgentProtocol):
                  clock: Optional[Clock] = None):
         callbacks = dataclasses.replace(callbacks or ClientCallbacks())   # not the caller's
         core_on_disconnect = callbacks.on_disconnect
-        callbacks.on_disconnect = lambda client: (self._on_connection_closed(client),
-                                                  core_on_disconnect(client))
+
+        def on_disconnect(client: Any) -> None:
+            self._on_connection_closed(client)
+            core_on_disconnect(client)
+        callbacks.on_disconnect = on_disconnect
         super().__init__(config=dict(config or {}), bus=bus or AgentBus(),
                          hm_protocol=hm_protocol, callbacks=callbacks)
         if engine is not None:
@@ -143,11 +146,12 @@ class ChatAgentProtocol(AgentProtocol):
         if not turn.utterance.strip():   # still a turn: it gets its end, never silence
             turn.finish(failed=True, why="the utterance has no text", reason=EndReason.NO_TEXT)
             return
-        turn.job = lambda: run_turn(self, turn)
+        def job() -> None:
+            run_turn(self, turn)
+        turn.job = job
         self.open_turns.add(turn)
         try:
-            self.executor.submit(turn.session_id, turn.job,
-                                 group=connection_client(turn.client))
+            self.executor.submit(turn.session_id, job, group=connection_client(turn.client))
         except QueueFull as e:
             turn.finish(failed=True, why=f"hub busy ({e})", reason=EndReason.BUSY)
             return

@@ -120,7 +120,8 @@ def stream_answer(protocol: QueryHost, utterance: str, lang: str,
         yield None
         return
     timeout = protocol.settings.timeout
-    said, ended = [], None
+    said: List[str] = []
+    ended: Optional[str] = None
     try:
         while ended is None:
             item = answer.take(timeout)
