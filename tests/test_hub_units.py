@@ -285,3 +285,134 @@ def test_an_id_is_refused_past_256_bytes_of_utf8_and_quoted_briefly_whatever_its
     assert shown_name("sat::1::kitchen") == "sat::1::kitchen"
     assert shown_name("sat::" + "s" * 10**6).endswith("… (1000005 bytes)")
     assert len(shown_name("sat::\n" + "s" * 10**6)) < 130 and "\n" not in shown_name("\n")
+
+
+class _Forgetful:
+    """An engine and asides at once: notes every session it is told to forget."""
+
+    def __init__(self):
+        self.forgotten = []
+
+    def stop(self, session_id):              # the asides
+        self.forgotten.append(("asides", session_id))
+
+    def forget_session(self, session_id):    # the engine
+        self.forgotten.append(("engine", session_id))
+
+
+def test_the_satellite_book_lets_a_session_go_with_everything_it_held():
+    from types import SimpleNamespace
+
+    from fake_clock import FakeClock
+    from ovos_bus_client.session import Session, SessionManager
+
+    from hivemind_chat_agent.core.transcript import ANSWERED, Exchange
+    from hivemind_chat_agent.hub.conversation_store import MemoryStore
+    from hivemind_chat_agent.hub.satellite_book import SatelliteBook
+    clock, held, store = FakeClock(), _Forgetful(), MemoryStore(10, 10_000, lambda: "unused")
+    settings = SimpleNamespace(session_ttl=30.0, max_sessions_per_client=2)
+    book = SatelliteBook(settings, clock, store, held, held)
+    conn, other = SimpleNamespace(key="key-a"), SimpleNamespace(key="key-b")
+    for sid in ("a1", "a2", "b1"):
+        SessionManager.sessions[sid] = Session(sid)
+        store.record(sid, Exchange("q", "a", ANSWERED))
+    book.touch("a1", conn, "peer-a")
+    book.touch("b1", other, "peer-b")
+    book.touch("a2", conn, "peer-a")
+    assert len(book) == 3 and book.peers == 2 and held.forgotten == []
+    book.touch("a3", conn, "peer-a")           # key-a's third: its least recent goes
+    assert "a1" not in book and "a1" not in SessionManager.sessions
+    assert store.history("a1") == [] and store.history("a2") != []
+    assert held.forgotten == [("asides", "a1"), ("engine", "a1")]
+    book.closed(conn)
+    assert len(book) == 1 and "b1" in book and "a2" not in SessionManager.sessions
+    assert store.history("a2") == [] and store.history("b1") != []
+    book.keep_sweeping()
+    book.keep_sweeping()                       # one sweep timer, however often asked
+    assert clock.pending == 1
+    clock.advance(30)
+    assert len(book) == 0 and "b1" not in SessionManager.sessions and clock.pending == 1
+    book.forget_if_untracked("gone")           # a turn that outlived its satellite
+    assert held.forgotten[-2:] == [("asides", "gone"), ("engine", "gone")]
+
+
+class _TurnHost:
+    """What a HubTurn needs of the plugin; notes what was sent, and what had been sent when
+    the ended turn was kept."""
+
+    def __init__(self):
+        from fake_clock import FakeClock
+
+        from hivemind_chat_agent.hub.hub_turn import OpenTurns
+        from hivemind_chat_agent.hub.settings import HubSettings
+        self.settings, self.clock = HubSettings.from_dict({"engine": "x"}), FakeClock()
+        self.open_turns, self.sent, self.kept = OpenTurns(), [], []
+        self.queued = threading.Event()
+
+    def deliver(self, turn, reply):
+        turn.loop.add_callback(self.sent.append, reply.msg_type)
+        if reply.msg_type == "ovos.utterance.handled":
+            self.queued.set()
+
+    def keep_exchange(self, ended):
+        self.kept.append((ended.ended, list(self.sent)))
+
+
+def _turn_on_a_loop(host):
+    import asyncio
+
+    from ovos_bus_client.message import Message
+    from tornado.ioloop import IOLoop
+
+    from hivemind_chat_agent.hub.hub_turn import HubTurn
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    turn = HubTurn(host, Message("recognizer_loop:utterance", {}, {}), object(), "peer",
+                   IOLoop.current(), "hello", {"session_id": "s"}, "s")
+    return loop, turn
+
+
+def test_a_turn_ended_on_a_worker_is_kept_only_after_the_io_loop_wrote_its_end(monkeypatch):
+    """The hand-off that replaced time.sleep(0): the store write waits for the IO loop to
+    have run the end's writes (queue order), however late the loop gets to them."""
+    import asyncio
+
+    from hivemind_chat_agent.hub import hub_turn
+    monkeypatch.setattr(hub_turn, "TOLD_WAIT", 60.0)   # far beyond this test's pause
+    host = _TurnHost()
+    loop, turn = _turn_on_a_loop(host)
+    try:
+        worker = threading.Thread(target=turn.finish, args=(False,))
+        worker.start()
+        assert host.queued.wait(5)             # the end is queued; the loop has not run
+        worker.join(0.2)                       # (a worker without the hand-off ends here)
+        assert worker.is_alive() and host.kept == []   # so nothing is written yet
+        while worker.is_alive():
+            loop.run_until_complete(asyncio.sleep(0.01))
+        assert host.kept == [("answered", ["ovos.utterance.handled"])]
+    finally:
+        loop.close()
+        asyncio.set_event_loop(None)
+
+
+def test_a_turn_ended_on_the_io_loop_is_kept_at_once_and_a_stopped_loop_delays_no_one(
+        monkeypatch):
+    import asyncio
+
+    from hivemind_chat_agent.core.turns import EndReason
+    from hivemind_chat_agent.hub import hub_turn
+    host = _TurnHost()
+    loop, turn = _turn_on_a_loop(host)
+    try:
+        assert turn.finish(failed=True, why="late", reason=EndReason.TIMEOUT)   # the loop's
+        assert host.kept == [("timeout", [])]  # written before the loop's callback returns
+        monkeypatch.setattr(hub_turn, "TOLD_WAIT", 0.05)
+        loop.close()
+        loop, turn = _turn_on_a_loop(host)
+        loop.close()                           # a stopped loop runs no marker
+        worker = threading.Thread(target=turn.finish, args=(False,))
+        worker.start()
+        worker.join(5)
+        assert not worker.is_alive() and host.kept[-1] == ("answered", [])
+    finally:
+        asyncio.set_event_loop(None)

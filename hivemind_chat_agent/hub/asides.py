@@ -24,12 +24,11 @@ class _Aside:
 
 
 class Asides:
-    def __init__(self, engine: Any, send: Callable[[Any, str, Message], None], lock: Lock):
-        """`send(client, peer, reply)` writes on the IO loop; `lock` is the plugin's, shared
-        with its satellite bookkeeping."""
+    def __init__(self, engine: Any, send: Callable[[Any, str, Message], None]):
+        """`send(client, peer, reply)` writes on the IO loop."""
         self._engine = engine
         self._send = send
-        self._lock = lock
+        self._lock = Lock()     # workers (follow) vs the IO loop (stop, as sessions go)
         self._by_session: Dict[str, _Aside] = {}
 
     def follow(self, turn: Any) -> None:

@@ -3,9 +3,24 @@
 `HubTurn.finish` guarantees the satellite exactly one end per utterance (answer, failure,
 timeout or its own stop), whoever gets there first: the worker running the engine, the IO
 loop's timer, or a satellite's `mycroft.stop`. `OpenTurns` finds a session's turns for that stop.
+
+The satellite is told first, the store second. A turn that ends on a worker (the common case:
+the engine's answer ended) hands its end to the IO loop and then waits for the loop to have
+written it before the worker writes the exchange to the store (a Redis round trip): the
+satellite's answer never waits for the store. The hand-off is queue order, not scheduling
+luck: `HubTurn._end` queues the end's replies and then a marker on the IO loop, and the loop
+runs callbacks in the order they were added (tornado's `add_callback` is asyncio's
+`call_soon(_threadsafe)`, one FIFO queue), so when the marker is set the end has been written.
+This replaced a `time.sleep(0)` that only offered the GIL to the loop thread, which nothing
+obliged to take it. The wait is bounded (`TOLD_WAIT`): a loop that is stopped runs no marker,
+and the record must still be kept. The next turn of the session cannot read the history before
+the write: the worker is still in this turn's job, and one session's jobs run in order
+(hub/serial_executor.py). A turn that ends on the IO loop itself (a timeout, a stop, a refusal)
+writes at once: the loop cannot wait for itself, and its end goes out when that callback returns.
 """
+import threading
 from threading import Lock
-from typing import Any, Dict, List, Protocol
+from typing import Any, Callable, Dict, List, Optional, Protocol
 
 from ovos_bus_client.message import Message
 from ovos_bus_client.session import SessionManager
@@ -17,7 +32,11 @@ from hivemind_chat_agent.core.limits import shown, shown_name
 from hivemind_chat_agent.core.protocol_names import HANDLED_TYPE, SPEAK_TYPE, UNMATCHED_TYPE
 from hivemind_chat_agent.core.transcript import ANSWERED, STOPPED, Exchange, engine_messages
 from hivemind_chat_agent.core.turns import EndReason
+from hivemind_chat_agent.hub.exchanges import EndedExchange
 from hivemind_chat_agent.hub.settings import PLUGIN_NAME, HubSettings
+
+TOLD_WAIT = 1.0   # seconds a worker waits for the IO loop to write a turn's end: the loop
+                  # writes a queued reply within milliseconds; not at all only once stopped
 
 _ROLES = {"user": MessageRole.USER, "assistant": MessageRole.ASSISTANT}
 
@@ -38,8 +57,12 @@ class TurnHost(Protocol):
     def deliver(self, turn: "HubTurn", reply: Message) -> None:
         """Hand `reply` to the IO loop, to be written to the turn's connection."""
 
-    def record_exchange(self, turn: "HubTurn", ended: str) -> None:
-        """The turn ended (`ended`: answered, stopped or a failure reason): keep it."""
+    def keep_exchange(self, ended: EndedExchange) -> None:
+        """A turn ended: keep its exchange (and its record, if it has one)."""
+
+
+def _not_queued() -> None:
+    """The job of a turn that never reached the executor (cancelling it finds nothing)."""
 
 
 class HubTurn:
@@ -62,14 +85,16 @@ class HubTurn:
         self.finished = False
         self.spoke = 0
         self.sentences: List[str] = []   # what the satellite was sent, for the transcript
-        self.job = None   # its place in the executor's queue
-        self.timer = None   # cancels its rolling timeout (the protocol clock's timer)
+        self.job: Callable[[], None] = _not_queued   # its place in the executor's queue
+        self.timer: Optional[Callable[[], None]] = None   # cancels its rolling timeout
         self._stopping = False
         self.turn_id = ""          # the client's id for this turn (its tag), if it sent one
         self.store_client = ""     # whose bounds it counts against in the conversation store
         self.owns_record = False   # this hub runs it and keeps its record (hub/turn_records)
         self.replayed = False      # answered from the record of an earlier run
         self.earlier: List[Any] = []   # the history it began with (core/transcript.Exchange)
+        self._loop_thread = threading.get_ident()   # made on the IO loop, as core hands it over
+        self._told = threading.Event()   # the IO loop has written the end (see the module)
 
     def reply(self, msg_type: str, data: Dict[str, Any]) -> Message:
         ctx = dict(self.message.context)
@@ -141,21 +166,37 @@ class HubTurn:
         """End the turn once, telling the satellite. A failure carries `reason` (an
         EndReason a hub says) and `why` in its data, so the satellite can tell "busy" or
         "broken" from "nothing understood"."""
+        outcome = (reason or EndReason.NOT_UNDERSTOOD).value if failed else (
+            STOPPED if self._stopping else ANSWERED)
+
         def tell() -> None:
             if failed:
                 self.protocol.deliver(self, self.reply(UNMATCHED_TYPE, {
-                    "reason": (reason or EndReason.NOT_UNDERSTOOD).value, "message": why}))
+                    "reason": outcome, "message": why}))
             # turn_records: this hub answers a repeated turn id from its record (our client
             # resends a turn lost with its connection only to hubs that say so)
             self.protocol.deliver(self, self.reply(HANDLED_TYPE, {"turn_records": True}))
-            self.protocol.record_exchange(self, (reason or EndReason.NOT_UNDERSTOOD).value
-                                          if failed else ended)
-        ended = STOPPED if self._stopping else ANSWERED
         if not self._end(tell):
             return False
         if failed and why and reason not in (EndReason.NONE, EndReason.NOT_UNDERSTOOD):
             LOG.warning(f"answering {shown_name(self.peer)} with a failure: {why}")
+        # a replayed turn is kept already; one the store did not answer is not tried again
+        if not self.replayed and outcome != EndReason.STORE_UNAVAILABLE.value:
+            self._after_told(lambda: self.protocol.keep_exchange(self._ended(outcome)))
         return True
+
+    def _ended(self, outcome: str) -> EndedExchange:
+        return EndedExchange(self.session_id, self.utterance, list(self.sentences), outcome,
+                             self.earlier, self.turn_id if self.owns_record else "",
+                             self.store_client)
+
+    def _after_told(self, write: Callable[[], None]) -> None:
+        """Run `write` once the satellite has been told the turn's end: on a worker, after the
+        IO loop ran the marker `_end` queued behind the end (at most TOLD_WAIT); on the IO
+        loop, now (see the module docstring for why both are correct)."""
+        if threading.get_ident() != self._loop_thread:
+            self._told.wait(TOLD_WAIT)
+        write()
 
     def abandon(self) -> bool:
         """End the turn once without a word: its satellite has gone, nobody can hear it."""
@@ -170,13 +211,14 @@ class HubTurn:
 
     def _end(self, tell) -> bool:
         """The one way a turn ends, whoever ends it: under its lock, marked finished, `tell`
-        queued before anything else can be, its timer dropped and its entry in OpenTurns
-        removed. False if it had ended already."""
+        queued before anything else can be, then the marker that it was written, its timer
+        dropped and its entry in OpenTurns removed. False if it had ended already."""
         with self._lock:
             if self.finished:
                 return False
             self.finished = True
             tell()
+            self.loop.add_callback(self._told.set)   # runs after the end's writes: FIFO
             self.loop.add_callback(self._unwatch)   # its timer would hold it for `timeout`
             self.protocol.open_turns.remove(self)
         return True

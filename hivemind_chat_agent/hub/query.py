@@ -4,6 +4,8 @@ Core calls `natural_language_query(utterance, lang)` (or `answer_query(..., clie
 worker of its own and relays each yielded sentence as a `speak`, then ends the stream at the
 first None. The engine runs as a turn does: on the plugin's bounded workers, under the rolling
 timeout, in a Session of its own that is forgotten afterwards (a QUERY carries no session).
+A client's QUERYs (`answer_query` names the client) are one conversation per access key,
+followed and released as a satellite session is (hub/satellite_book.py).
 """
 import threading
 import uuid
@@ -17,12 +19,19 @@ from ovos_utils.log import LOG
 from hivemind_chat_agent.compat import register_session as register
 from hivemind_chat_agent.core.clock import Clock
 from hivemind_chat_agent.core.limits import shown
-from hivemind_chat_agent.core.transcript import ANSWERED, STOPPED, Exchange
+from hivemind_chat_agent.core.satellites import engine_session_id
+from hivemind_chat_agent.core.transcript import ANSWERED, STOPPED
 from hivemind_chat_agent.core.turns import EndReason
 from hivemind_chat_agent.errors import ConversationStoreError
+from hivemind_chat_agent.hub.connections import connection_client
+from hivemind_chat_agent.hub.conversation_store import ConversationStore
+from hivemind_chat_agent.hub.exchanges import EndedExchange
 from hivemind_chat_agent.hub.hub_turn import agent_messages
+from hivemind_chat_agent.hub.satellite_book import SatelliteBook
 from hivemind_chat_agent.hub.serial_executor import KeyedSerialExecutor, QueueFull
 from hivemind_chat_agent.hub.settings import HubSettings
+
+QUERY_SESSION = "hivemind-query"   # the declared session id a client's QUERYs are kept under
 
 
 class QueryHost(Protocol):
@@ -31,13 +40,11 @@ class QueryHost(Protocol):
     executor: KeyedSerialExecutor
     settings: HubSettings
     clock: Clock
+    store: ConversationStore
+    satellites: SatelliteBook
 
-    def history(self, session_id: str) -> List[Exchange]:
-        """The session's kept exchanges, oldest first."""
-
-    def record(self, session_id: str, utterance: str, sentences: List[str], ended: str,
-               earlier: List[Exchange]) -> None:
-        """Keep an exchange in the session's transcript (`earlier`: what `history` gave)."""
+    def keep_exchange(self, ended: EndedExchange) -> None:
+        """Keep an ended exchange in its session's history (hub/exchanges.py)."""
 
 
 _END = object()
@@ -98,7 +105,7 @@ def stream_answer(protocol: QueryHost, utterance: str, lang: str,
         return
     session_id = f"hivemind-query-{uuid.uuid4().hex}"
     try:
-        earlier = protocol.history(history) if history else []   # read once, kept with it
+        earlier = protocol.store.history(history) if history else []   # read once, kept with it
         messages = agent_messages(earlier, utterance)
     except ConversationStoreError as e:
         LOG.warning(f"not answering a QUERY: {e}")
@@ -113,7 +120,8 @@ def stream_answer(protocol: QueryHost, utterance: str, lang: str,
         yield None
         return
     timeout = protocol.settings.timeout
-    said, ended = [], None
+    said: List[str] = []
+    ended: Optional[str] = None
     try:
         while ended is None:
             item = answer.take(timeout)
@@ -134,6 +142,21 @@ def stream_answer(protocol: QueryHost, utterance: str, lang: str,
     finally:
         answer.abandoned.set()
         if history:     # a consumer that stopped listening heard what it was given
-            protocol.record(history, utterance, said, ended or (
-                STOPPED if said else EndReason.NOT_UNDERSTOOD.value), earlier)
+            protocol.keep_exchange(EndedExchange(history, utterance, said, ended or (
+                STOPPED if said else EndReason.NOT_UNDERSTOOD.value), earlier))
     yield None
+
+
+def answer_client_query(protocol: QueryHost, utterance: str, lang: str,
+                        client: Any) -> Iterator[Optional[str]]:
+    """As `stream_answer`, counted against the asking connection's client (access key), with
+    that client's earlier QUERY exchanges as the engine's history."""
+    try:
+        history = engine_session_id(protocol.store.secret(), connection_client(client),
+                                    QUERY_SESSION)
+    except ConversationStoreError as e:
+        LOG.warning(f"not answering a QUERY: {e}")
+        return iter([None])
+    protocol.satellites.touch(history, client, str(getattr(client, "peer", "")))
+    return stream_answer(protocol, utterance, lang, group=connection_client(client),
+                         history=history)

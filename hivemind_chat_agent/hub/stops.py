@@ -17,24 +17,25 @@ from hivemind_chat_agent import background
 from hivemind_chat_agent.core.limits import shown, shown_name
 from hivemind_chat_agent.core.turns import EndReason
 from hivemind_chat_agent.errors import ConversationStoreError, IdentifierTooLongError
+from hivemind_chat_agent.hub.senders import sender_of
 from hivemind_chat_agent.hub.settings import PLUGIN_NAME
 
 
 def stop_turns(protocol, message: Message) -> None:
     """IO loop: apply a satellite's stop. `protocol` is the ChatAgentProtocol."""
     try:
-        satellite = protocol._satellite(message, "a stop")
+        sender = protocol.identify(message, "a stop")
     except (ConversationStoreError, IdentifierTooLongError) as e:
-        peer, sat_session = protocol._sender(message)
+        peer, sat_session = sender_of(message)
         LOG.warning(f"refusing a stop from {shown_name(peer)}: {e}")
         reason = EndReason.ID_TOO_LONG if isinstance(e, IdentifierTooLongError) \
             else EndReason.STORE_UNAVAILABLE
         respond(protocol, protocol.clients.get(peer), peer, message, sat_session,
                 {"result": False, "reason": reason.value, "message": str(e)})
         return
-    if satellite is None:
+    if sender is None:
         return
-    client, peer, sat_session, session_id = satellite
+    client, peer, session_id = sender.client, sender.peer, sender.session_id
     stopped = [turn for turn in protocol.open_turns.of(session_id, client) if turn.stop()]
     for turn in stopped:
         protocol.executor.cancel(session_id, turn.job)        # if it never started
@@ -42,7 +43,8 @@ def stop_turns(protocol, message: Message) -> None:
     if stopped and callable(stop_session):
         background.start(threading.Thread(target=_stop_engine, daemon=True,
                                           args=(stop_session, session_id)))
-    respond(protocol, client, peer, message, sat_session, {"result": bool(stopped)})
+    respond(protocol, client, peer, message, sender.satellite_session,
+            {"result": bool(stopped)})
 
 
 def respond(protocol, client, peer: str, message: Message, sat_session: Dict[str, Any],
@@ -50,8 +52,8 @@ def respond(protocol, client, peer: str, message: Message, sat_session: Dict[str
     ctx = dict(message.context)
     ctx["source"], ctx["destination"] = PLUGIN_NAME, peer
     ctx["session"] = sat_session
-    protocol._send(client, peer, Message(f"{PLUGIN_NAME}.stop.response",
-                                         {"skill_id": PLUGIN_NAME, **data}, ctx))
+    protocol.send(client, peer, Message(f"{PLUGIN_NAME}.stop.response",
+                                        {"skill_id": PLUGIN_NAME, **data}, ctx))
 
 
 def _stop_engine(stop_session, session_id: str) -> None:
