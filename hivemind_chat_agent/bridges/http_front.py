@@ -96,10 +96,13 @@ class GuardedApp:
         peer = str((scope.get("client") or ("?",))[0])
         has_body = scope["method"] in ("POST", "PUT", "PATCH")
         caller, refusal = self.guard.admit(headers, peer, has_body)
+        # admit() names a caller ("" for the anonymous one) whenever it refuses nothing
+        caller = caller if caller is not None else ""
         if refusal is None and has_body:
-            body, refusal = await read_body(receive, headers, self.max_body)
-            if body is None and refusal is None:
+            read, refusal = await read_body(receive, headers, self.max_body)
+            if read is None and refusal is None:
                 return                      # gone before its body arrived
+            body = read or b""
         else:
             body = b""
         turn = refusal is None and has_body and scope["path"] in self.turn_paths
@@ -127,7 +130,7 @@ class GuardedApp:
         """The app, with the body read, cancelled as soon as the caller hangs up."""
         gone = asyncio.Event()
         scope = dict(scope, **{CALLER: caller})
-        handed = []
+        handed: list = []
 
         async def replay():
             if not handed:
@@ -242,7 +245,7 @@ def guarded_protocol(limits: Limits):
     return GuardedH11Protocol
 
 
-async def serve(app, host: str, port: int, limits: Limits = Limits(), lifespan: str = "off",
+async def serve(app, host: str, port: int, limits: Limits = Limits(), lifespan: Any = "off",
                 started: Optional[Callable[[Any], Any]] = None,
                 stopping: Optional[asyncio.Event] = None) -> None:
     """Serve `app` (already a GuardedApp) until `stopping` is set (bridges/serving's stop

@@ -106,7 +106,8 @@ def build_server(agent, names: Optional[ConversationNames] = None):
         except HiveMindChatError as e:      # the hub and the failure; the details to the log
             raise ToolError(hub_failure(e, hub).message) from None
         text = result["answer"] or "(the hub had no answer)"
-        return CallToolResult(content=[TextContent(type="text", text=text)],
+        # the SDK sends a CallToolResult as it is; `Answer` above declares its output schema
+        return CallToolResult(content=[TextContent(type="text", text=text)],  # type: ignore[return-value]
                               structured_content=result)
 
     return server

@@ -158,7 +158,7 @@ class OpenAIBridge:
         except APIError as e:       # after the headers: an error chunk, as OpenAI sends it
             yield sse(e.body())
         finally:
-            await sentences.aclose()
+            await sentences.aclose()   # type: ignore[attr-defined]  # an async generator
         yield sse(chunk({}, finish="stop"))
         yield "data: [DONE]\n\n"
         self.remember(key, where, messages, "\n".join(said))

@@ -72,8 +72,10 @@ class Guard:
         loop = asyncio.get_running_loop()
         handed = loop.create_future()
         self._waiting.setdefault(peer, collections.deque()).append(handed)
-        timer = loop.call_later(self.turn_wait,
-                                lambda: handed.done() or handed.set_result(False))
+        def give_up() -> None:
+            if not handed.done():
+                handed.set_result(False)
+        timer = loop.call_later(self.turn_wait, give_up)
         try:
             return await handed
         except asyncio.CancelledError:
@@ -108,6 +110,7 @@ class Doorman(asyncio.Protocol):
         self.bridge, self.guard, self.tasks = bridge, guard, tasks
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)   # a stream server's connection
         peer = _host(transport.get_extra_info("peername"))
         refused = self.guard.gate.admit(peer)
         if refused is not None:
@@ -115,7 +118,7 @@ class Doorman(asyncio.Protocol):
             self.guard.log(refused, logging.WARNING if refused == NOT_ALLOWED else logging.INFO,
                            f"Wyoming: closed a connection from {peer} at accept: {refused}"
                            + (f" (--allow-from {self.guard.gate.allow.describe()})"
-                              if refused == NOT_ALLOWED else ""))
+                              if refused == NOT_ALLOWED and self.guard.gate.allow else ""))
             return
         reader = asyncio.StreamReader(limit=MAX_LINE)
 

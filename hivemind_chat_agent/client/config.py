@@ -1,4 +1,5 @@
-"""The client agent's configuration: defaults, the identity fallback and validation, in one place."""
+"""The client agent's configuration: defaults, the identity fallback and validation, in one
+place."""
 import hashlib
 import os
 from dataclasses import dataclass, field, replace

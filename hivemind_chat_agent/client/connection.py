@@ -62,7 +62,7 @@ class HubConnection:
     declaring its own. Its turns (`CarriedTurns`) are keyed by session either way."""
 
     def __init__(self, config: ClientConfig, session: Optional[Session], book: SessionBook,
-                 on_aside: Callable[[str, str], None] = lambda sid, text: None,
+                 on_aside: Callable[[str, str], object] = lambda sid, text: None,
                  clock: Clock = background.SYSTEM_CLOCK,
                  topic: Optional[UtteranceTopic] = None,
                  on_speaker: Callable[[str], None] = lambda speaker: None,
@@ -82,7 +82,7 @@ class HubConnection:
         # overwrite each other's entry, so every connection gets a name of its own.
         self.useragent = f"{config.useragent}-{uuid.uuid4().hex[:8]}"
         self._clock = clock
-        self.link = HubLink(exchange_inputs(config), config.site_id,
+        self.link = HubLink(exchange_inputs(config), config.site_id or "",
                             book.wire(session) if session is not None else None)
         self._link_lock = threading.Lock()    # the socket thread and callers both feed it
         self.turns = CarriedTurns(book, clock, config.max_sessions)
@@ -363,6 +363,9 @@ class HubConnection:
         """`hive.policy.denied`: core/refusals.plan_denial decides what it means for the turns
         that got nothing back yet."""
         denied, code, reason, extra = read_denial(data)
+        if denied is None:   # no type named: it answers none of ours
+            LOG.info(f"the hub denied a message it did not name ({code}): {reason}")
+            return
         if self.reports.refused(denied):   # an audio end or a stop, not an utterance
             return
         waiting = self.turns.unanswered(denied)
@@ -372,6 +375,8 @@ class HubConnection:
         if plan.refuse is not None:
             self.turns.refuse(waiting, plan.refuse)
         for handle in waiting if plan.retry else ():
+            if handle.message is None:   # unanswered() names only turns that sent one
+                continue
             handle.message.msg_type = plan.retry
             try:
                 self._transport.emit(HiveMessage(HiveMessageType.BUS, payload=handle.message))

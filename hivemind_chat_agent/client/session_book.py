@@ -1,9 +1,9 @@
 """Session bookkeeping: which OVOS Session a turn sends, and what a reply teaches us about it.
 
-The Session of each conversation lives in ovos-bus-client's process-wide `SessionManager`, as the
-OVOS chat agents and hivemind agents expect (docs/message_flow.md); this class decides how a caller's
-session_id maps to it, what of it goes on the wire, and validates what comes back before it is
-stored. An optional `SessionStore` keeps conversations across processes.
+The Session of each conversation lives in ovos-bus-client's process-wide `SessionManager`, as
+the OVOS chat agents and hivemind agents expect (docs/message_flow.md); this class decides how a
+caller's session_id maps to it, what of it goes on the wire, and validates what comes back
+before it is stored. An optional `SessionStore` keeps conversations across processes.
 """
 import time
 from collections import OrderedDict
@@ -83,8 +83,9 @@ class SessionBook:
         if sess is None:
             sess = Session(session_id=session_id)
         caller = self._caller.setdefault(session_id, {})
-        if site_id or self.site_id:
-            caller["site_id"] = sess.site_id = site_id or self.site_id
+        site = site_id or self.site_id
+        if site:
+            caller["site_id"] = sess.site_id = site
         if lang:
             caller["lang"] = sess.lang = lang
         if units:
@@ -214,6 +215,8 @@ class SessionBook:
         self.store.save(session_id, raw)
 
     def _from_store(self, session_id: str) -> Optional[Session]:
+        if self.store is None:
+            return None
         data = self.store.load(session_id)
         if data is None or data.get("session_id") != session_id:
             return None

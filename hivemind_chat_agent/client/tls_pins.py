@@ -129,8 +129,9 @@ def _stamp(path: Optional[str]) -> Tuple[int, int]:
     try:
         st = os.stat(path)
     except OSError as e:
-        raise ConfigurationError(f"ca_file {path} cannot be read ({type(e).__name__}); give "
-                                 "the path of a PEM file with the hub's CA or certificate") from None
+        raise ConfigurationError(
+            f"ca_file {path} cannot be read ({type(e).__name__}); give the path of a PEM file "
+            "with the hub's CA or certificate") from None
     return (st.st_mtime_ns, st.st_size)
 
 
@@ -194,4 +195,5 @@ def _check_pin(tls: ssl.SSLSocket, key_dir: str, address: str) -> None:
             LOG.info(f"pinned the TLS certificate of the hub at {address} (SHA-256 "
                      f"{readable(presented)}) in {pins.path}")
     if decision.action is PinAction.REFUSE:
-        raise decision.error
+        raise decision.error or HubCertificateError(
+            f"the TLS certificate of the hub at {address} was refused, so nothing was sent")

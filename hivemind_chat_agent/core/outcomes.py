@@ -87,8 +87,8 @@ def judge(event: Ended, *, spoke: bool, refusal: Optional[HiveMindChatError],
             "`timeout` or check that the hub's skills or engine are running"), in_step=False,
             reason=reason)
     if state is Progress.LOST and refusal is not None:
-        return Outcome(TurnStatus.FAILED, refusal, in_step=False, lost=kind is not EndReason.REFUSED,
-                       reason=reason)
+        return Outcome(TurnStatus.FAILED, refusal, in_step=False,
+                       lost=kind is not EndReason.REFUSED, reason=reason)
     if state is Progress.LOST:
         if kind is EndReason.TOO_LARGE:
             error: HiveMindChatError = ReplyTooLargeError(reason)

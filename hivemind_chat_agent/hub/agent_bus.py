@@ -46,7 +46,7 @@ class AgentBus:
 
     def emit(self, message) -> None:
         with self._lock:
-            handlers = list(self._handlers.get(getattr(message, "msg_type", None), ()))
+            handlers = list(self._handlers.get(str(getattr(message, "msg_type", "")), ()))
         for handler in handlers:
             try:
                 handler(message)

@@ -95,7 +95,7 @@ class RedisStore:
         with many turns at once), in one round trip; the rest of the bookkeeping waits for
         `finish`, after the answer."""
         self._beat()
-        commands = [("GET", _session(session_id))]
+        commands: List[tuple] = [("GET", _session(session_id))]
         if self.history_turns:
             commands.append(("LRANGE", _history(session_id), 0, -1))
         now = time.time()
@@ -186,7 +186,8 @@ class RedisStore:
         bounds, and renew its TTL."""
         key = _history(session_id)
         drop = bounded(earlier, exchange, self.history_turns, self.history_bytes)
-        commands = [("RPUSH", key, exchange_to_json(clip(exchange, self.history_bytes)))]
+        commands: List[tuple] = [("RPUSH", key,
+                                  exchange_to_json(clip(exchange, self.history_bytes)))]
         if drop:
             commands.append(("LTRIM", key, drop, -1))
         commands.append(("EXPIRE", key, self._ttl))
