@@ -1,13 +1,13 @@
 import logging
 import os
 import sys
-import threading
 
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from hubs import GENERATIONS, HubProcess  # noqa: E402
+from hubs import HubProcess, hub_generations  # noqa: E402
+from leaks import agent_threads  # noqa: E402, F401 (test_client_faults imports it from here)
 
 from hivemind_chat_agent import HiveMindChatAgent  # noqa: E402
 
@@ -41,18 +41,6 @@ def only_hub_tests_start_hubs(request, monkeypatch):
     for cls in (HubProcess, LocalHub, OVOSHub):
         monkeypatch.setattr(cls, "start", refuse)
     monkeypatch.setattr(ServerProcess, "spawn", refuse)
-
-
-def hub_generations():
-    """The hub generations the real-hub tests run against: HIVEMIND_CHAT_GENERATIONS (comma
-    separated, e.g. "4.0" or "5"), all of them by default."""
-    wanted = os.environ.get("HIVEMIND_CHAT_GENERATIONS", "")
-    chosen = [g.strip() for g in wanted.split(",") if g.strip()] or list(GENERATIONS)
-    unknown = [g for g in chosen if g not in GENERATIONS]
-    if unknown:
-        raise pytest.UsageError(f"HIVEMIND_CHAT_GENERATIONS: unknown {unknown}; "
-                                f"known: {', '.join(GENERATIONS)}")
-    return chosen
 
 
 @pytest.fixture(scope="session", params=hub_generations())
@@ -96,11 +84,6 @@ def make_agent():
     yield make
     for agent in agents:
         agent.shutdown()
-
-
-def agent_threads():
-    return {t for t in threading.enumerate()
-            if t.name.startswith("hivemind-chat") or "_send_ping" in t.name}
 
 
 @pytest.fixture

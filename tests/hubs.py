@@ -33,6 +33,20 @@ import hub_venvs  # noqa: E402
 # the current line's CLI (generation "5"); a hub's own is HubProcess.cli
 HUB_CLI = os.path.join(os.path.dirname(sys.executable), "hivemind-core")
 GENERATIONS = ("4.0", "5")
+
+def hub_generations():
+    """The hub generations the real-hub tests run against: HIVEMIND_CHAT_GENERATIONS (comma
+    separated, e.g. "4.0" or "5"), all of them by default."""
+    import pytest
+    wanted = os.environ.get("HIVEMIND_CHAT_GENERATIONS", "")
+    chosen = [g.strip() for g in wanted.split(",") if g.strip()] or list(GENERATIONS)
+    unknown = [g for g in chosen if g not in GENERATIONS]
+    if unknown:
+        raise pytest.UsageError(f"HIVEMIND_CHAT_GENERATIONS: unknown {unknown}; "
+                                f"known: {', '.join(GENERATIONS)}")
+    return chosen
+
+
 CURRENT_TOPIC, LEGACY_TOPIC = "ovos.utterance.handle", "recognizer_loop:utterance"
 AUDIO_OUTPUT_END = "recognizer_loop:audio_output_end"
 STOP = "mycroft.stop"

@@ -3,7 +3,7 @@ import threading
 import time
 
 import pytest
-from conftest import agent_threads
+from leaks import agent_threads
 from ovos_plugin_manager.agents import load_chat_plugin
 from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
 

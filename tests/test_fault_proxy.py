@@ -5,8 +5,8 @@ import logging
 import time
 
 import pytest
-from conftest import agent_threads
 from fault_proxy import FaultProxy
+from leaks import agent_threads
 from ovos_bus_client.session import SessionManager
 from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
 

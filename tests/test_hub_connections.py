@@ -12,7 +12,7 @@ from hivemind_bus_client.client import HiveMessageBusClient
 from hivemind_bus_client.message import HiveMessage, HiveMessageType
 from ovos_bus_client.message import Message
 from ovos_bus_client.session import Session
-from test_hub_protocol import satellite_identity
+from raw_satellite import satellite_identity
 
 from hivemind_chat_agent import ChatAgentProtocol
 from hivemind_chat_agent.bridges.local_hub import LocalHub

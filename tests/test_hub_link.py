@@ -1,10 +1,10 @@
 """HubLink, the connection's protocol state, driven directly: the hub side of the same
-libraries hivemind-core uses answers the handshake (tests/test_handshakes.NoiseHub); no
+libraries hivemind-core uses answers the handshake (tests/handshake_vectors.NoiseHub); no
 socket, no thread, no sleep."""
 import pytest
+from handshake_vectors import HELLO_5, OFFER_5, NoiseHub, inputs
 from hivemind_bus_client.message import HiveMessage, HiveMessageType
 from ovos_bus_client.message import Message
-from test_handshakes import HELLO_5, OFFER_5, NoiseHub, inputs
 
 from hivemind_chat_agent.core.frames import Opened, Verdict
 from hivemind_chat_agent.core.hub_link import HubLink, LinkState

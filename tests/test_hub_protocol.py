@@ -6,43 +6,31 @@ Run from the current line's venv, the hubs of both generations are started (4.0 
 venv, tests/hub_venvs.py). Run from a venv that itself holds hivemind-core 4.x, only 4.0 hubs
 are, from that very venv."""
 import contextlib
-import importlib.metadata
 import json
 import os
 import sys
-import tempfile
 import threading
 import time
 
 import pytest
 from hivemind_bus_client.client import HiveMessageBusClient
-from hivemind_bus_client.identity import NodeIdentity
 from hivemind_plugin_manager import AgentProtocolFactory
-from hubs import GENERATIONS, HubProcess, plugin_config
-from json_database import JsonStorage
+from hubs import HubProcess, plugin_config
 from ovos_bus_client.message import Message
 from ovos_bus_client.session import Session
 from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
+from raw_satellite import (
+    HUB_GENERATIONS,
+    LOCAL_GENERATION,
+    RawSatellite,
+    satellite_identity,
+    send_raw,
+)
 
 from hivemind_chat_agent import ChatAgentProtocol, HiveMindChatAgent, HubBusyError, HubEngineError
 from hivemind_chat_agent.core.satellites import engine_session_id
 from hivemind_chat_agent.errors import ConfigurationError
 from hivemind_chat_agent.hub.secret import hub_secret
-
-LOCAL_GENERATION = "4.0" if importlib.metadata.version("hivemind-core").startswith("4.") \
-    else "5"
-if LOCAL_GENERATION == "4.0":      # this venv is a 4.0 hub's: its hubs run from it
-    os.environ.setdefault("HIVEMIND_CHAT_VENV_HUB_4_0", sys.prefix)
-HUB_GENERATIONS = ("4.0",) if LOCAL_GENERATION == "4.0" else GENERATIONS
-
-# one HiveMind identity (and Noise static key) for this module's stock satellites: 5.x pins
-# each access key's first key, and the user's own ~/.config/hivemind stays untouched
-_SATELLITE_HOME = tempfile.mkdtemp(prefix="hm-test-satellite-")
-
-
-def satellite_identity() -> NodeIdentity:
-    return NodeIdentity(identity_file=JsonStorage(os.path.join(_SATELLITE_HOME,
-                                                               "_identity.json")))
 
 
 @pytest.fixture(scope="module", params=HUB_GENERATIONS)
@@ -52,7 +40,6 @@ def generation(request):
 
 def session_on(hub, key, declared):
     """The engine session id `hub` gives a satellite's declared session (its secret is on disk)."""
-    import os
     return engine_session_id(hub_secret(os.path.join(hub.home, "data")), key, declared)
 
 
@@ -71,43 +58,6 @@ def sat_a(chat_hub):
 @pytest.fixture(scope="module")
 def sat_b(chat_hub):
     return chat_hub.add_client(name="sat-b")
-
-
-class RawSatellite:
-    """A plain hivemind-bus-client satellite that records every BUS message it receives."""
-
-    def __init__(self, creds):
-        self.client = HiveMessageBusClient(key=creds.key, password=creds.password,
-                                           host="ws://127.0.0.1", port=creds.port,
-                                           useragent="raw-satellite",
-                                           identity=satellite_identity())
-        self.received = []
-        self.handled = threading.Event()
-        self.client.connect()
-        self.client.on_mycroft("message", self._on_any)
-
-    def _on_any(self, raw):
-        msg = Message.deserialize(raw) if isinstance(raw, str) else raw
-        self.received.append(msg.msg_type)
-        if msg.msg_type == "ovos.utterance.handled":
-            self.handled.set()
-
-    def ask(self, text, wait=5.0, settle=0.5):
-        self.received.clear()
-        self.handled.clear()
-        self.client.emit(Message("recognizer_loop:utterance", {"utterances": [text]},
-                                 {"session": Session(self.client.session_id).serialize()}))
-        assert self.handled.wait(wait)
-        time.sleep(settle)      # anything after `handled` would be a bug
-        return [t for t in self.received if t != "recognizer_loop:utterance"]
-
-    def connected(self):
-        """The library forgets its session key (4.x) or Noise transport (5.x) on close."""
-        return self.client.crypto_key is not None or \
-            getattr(self.client, "noise_transport", None) is not None
-
-    def close(self):
-        self.client.close()
 
 
 def test_plugin_is_found_by_name():
@@ -354,10 +304,8 @@ def test_bounded_queue_answers_failure_instead_of_hanging(generation):
 
 def run_satellite(creds, session_id, *utterances):
     """Ask from a separate process: its SessionManager is its own, as on a real device."""
-    import json
     import os
     import subprocess
-    import sys
     out = subprocess.run([sys.executable, os.path.join(os.path.dirname(__file__),
                                                        "satellite_process.py"),
                           json.dumps(creds.agent_config()), session_id, *utterances],
@@ -605,20 +553,6 @@ def test_the_hub_keeps_a_minimal_satellites_conversation_state(chat_hub):
             "notes: the red key, the blue door"
     finally:
         agent.shutdown()
-
-
-def send_raw(sat, payload):
-    """A BUS frame exactly as given, encrypted as the connection's own frames are (Noise on
-    5.x, the session key on 4.x): the library's emit() would repair the context first."""
-    from hivemind_bus_client.encryption import encrypt_as_json
-    from websocket import ABNF
-    c = sat.client
-    frame = json.dumps({"msg_type": "bus", "payload": payload})
-    if getattr(c, "noise_transport", None) is not None:
-        c.noise_transport.send_message(frame, lambda b: c.client.send(b, ABNF.OPCODE_BINARY))
-    else:
-        c.client.send(encrypt_as_json(c.crypto_key, frame, cipher=c.cipher,
-                                      encoding=c.json_encoding))
 
 
 def test_malformed_messages_from_an_authenticated_satellite_break_nothing(chat_hub, sat_b,

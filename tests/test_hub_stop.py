@@ -11,7 +11,7 @@ from hubs import HubProcess, plugin_config
 from ovos_bus_client.message import Message
 from ovos_bus_client.session import Session
 from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
-from test_hub_protocol import HUB_GENERATIONS, RawSatellite
+from raw_satellite import HUB_GENERATIONS, RawSatellite
 
 from hivemind_chat_agent import HiveMindChatAgent, HubEngineError, TurnStatus
 

@@ -10,8 +10,8 @@ import pytest
 from hivemind_bus_client.client import HiveMessageBusClient
 from ovos_bus_client.message import Message
 from ovos_bus_client.session import Session
+from raw_satellite import satellite_identity
 from replicas import ReplicaSet
-from test_hub_protocol import satellite_identity
 
 from hivemind_chat_agent import HiveMindChatAgent
 from hivemind_chat_agent.errors import HiveMindChatError
