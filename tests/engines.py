@@ -1,15 +1,18 @@
 """Chat engines for the hub-side tests, loaded by hivemind-core as "engines:ScriptEngine".
 
-Commands (first word): hello | history | count N | slow N SECONDS | talk N SECONDS | stops | talking | wait SECONDS |
-raise | hang SECONDS | empty | remember WORDS | recall | whoami | lang | units | note WORDS |
-notes; anything else is echoed. "note"/"notes" keep their words in the turn's OVOS Session
-(intent context), as skills keep their state, instead of in the engine.
+Commands (first word): hello | history | count N | slow N SECONDS | talk N SECONDS | stops |
+talking | answering | wait SECONDS | raise | hang SECONDS | empty | remember WORDS | recall |
+whoami | lang | units | note WORDS | notes; anything else is echoed. "note"/"notes" keep their
+words in the turn's OVOS Session (intent context), as skills keep their state, instead of in the
+engine.
 
 "talk" is a long answer that a satellite's stop ends: the engine notes (kind, time.monotonic())
 when its generator is closed ("closed"), when `stop_session` is called ("stop_session") and when
 the answer returned because of it ("returned"), and
 "stops" answers that list as JSON (CLOCK_MONOTONIC is one clock for every process here);
-"talking" how many "talk" answers are going on now.
+"talking" how many "talk" answers are going on now, "answering" how many answers of any kind
+besides itself (a test waits for that to reach 0 instead of sleeping until an answer must have
+ended).
 """
 import json
 import threading
@@ -26,6 +29,7 @@ class ScriptEngine(ChatEngine):
         self.stops = []                 # (kind, monotonic time) of every stop seen
         self.asked = []                 # every utterance it was run with, in order
         self.talking = {}               # session -> Event set by stop_session
+        self.answering = 0              # answers whose generator has not ended yet
 
     def stop_session(self, session_id):
         with self.lock:
@@ -39,6 +43,15 @@ class ScriptEngine(ChatEngine):
                             "\n".join(self.stream_sentences(messages, session_id, lang, units)))
 
     def stream_sentences(self, messages, session_id="default", lang=None, units=None):
+        with self.lock:
+            self.answering += 1
+        try:
+            yield from self._answer(messages, session_id, lang, units)
+        finally:
+            with self.lock:
+                self.answering -= 1
+
+    def _answer(self, messages, session_id, lang, units):
         text = messages[-1].content
         self.asked.append(text)
         words = text.split()
@@ -80,6 +93,9 @@ class ScriptEngine(ChatEngine):
         elif cmd == "talking":
             with self.lock:
                 yield str(len(self.talking))
+        elif cmd == "answering":
+            with self.lock:
+                yield str(self.answering - 1)
         elif cmd == "wait":
             time.sleep(float(args[0]))
             yield "done waiting"
