@@ -4,7 +4,6 @@ under the old name is still that connection's. A turn whose satellite left befor
 in one place, under its lock, and leaves nothing behind. Embedded 5.x hub (LocalHub), a stock
 hivemind-bus-client satellite."""
 import threading
-import time
 
 import pytest
 from engines import ScriptEngine
@@ -13,6 +12,7 @@ from hivemind_bus_client.message import HiveMessage, HiveMessageType
 from ovos_bus_client.message import Message
 from ovos_bus_client.session import Session
 from raw_satellite import satellite_identity
+from waiting import wait_until
 
 from hivemind_chat_agent import ChatAgentProtocol
 from hivemind_chat_agent.bridges.local_hub import LocalHub
@@ -41,13 +41,6 @@ def connect(hub, name):
                                   port=hub.port, useragent=name, identity=satellite_identity())
     client.connect()
     return client
-
-
-def wait_until(condition, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while not condition() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return condition()
 
 
 def test_a_hello_while_turns_are_in_flight_drops_none_of_their_answers(hub):

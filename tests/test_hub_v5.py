@@ -5,7 +5,6 @@ import importlib.metadata
 import os
 import tempfile
 import threading
-import time
 
 import pytest
 
@@ -18,6 +17,7 @@ from hivemind_bus_client.message import HiveMessage, HiveMessageType  # noqa: E4
 from hubs import HubProcess  # noqa: E402
 from json_database import JsonStorage  # noqa: E402
 from ovos_bus_client.message import Message  # noqa: E402
+from waiting import hold_still, wait_until  # noqa: E402
 
 PLUGIN = {"module": "hivemind-chat-agent-plugin",
           "hivemind-chat-agent-plugin": {"engine": "engines:ScriptEngine", "timeout": 2.5}}
@@ -68,7 +68,7 @@ class Satellite:
         self.client.emit(Message(topic, {"utterances": [text]},
                                  {"session": {"session_id": session_id}}))
         assert self.done.wait(5), (topic, text)
-        time.sleep(0.2)
+        hold_still()             # anything after the end would be a bug
         return [r for r in self.received if r[0] != topic]
 
     def query(self, text):
@@ -147,9 +147,7 @@ def test_sessions_are_released_when_the_connection_closes(identity_home):
             tuple(f"-rel-{i}" for i in range(5)))]
         assert len(kept) == 5
         sat.close()
-        deadline = time.monotonic() + 5
-        while len(protocol.satellites) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: not len(protocol.satellites), 5)
         assert len(protocol.satellites) == 0 and hub.protocol.clients == {}
         assert not [sid for sid in kept if sid in SessionManager.sessions]
     finally:

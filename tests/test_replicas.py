@@ -12,6 +12,7 @@ from ovos_bus_client.message import Message
 from ovos_bus_client.session import Session
 from raw_satellite import satellite_identity
 from replicas import ReplicaSet
+from waiting import hold_still, wait_until
 
 from hivemind_chat_agent import HiveMindChatAgent
 from hivemind_chat_agent.errors import HiveMindChatError
@@ -63,12 +64,6 @@ class Satellite:
         what it emits before that goes out unencrypted and the hub drops it."""
         return getattr(self.client, "noise_transport", None) is not None
 
-    def wait(self, condition, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while not condition() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        return condition()
-
     def ask(self, text, wait=10.0):
         self.answers.clear()
         self.handled.clear()
@@ -85,8 +80,8 @@ def test_a_stock_satellite_reconnects_through_haproxy_and_continues(deployment):
         first, second = deployment.hubs[0], deployment.add_replica()
         assert deployment.holder() is first
         first.kill()
-        assert satellite.wait(lambda: not satellite.ready(), 10)     # it saw the close
-        assert satellite.wait(satellite.ready, 30)       # and reconnected (2.5-7.5 s later)
+        assert wait_until(lambda: not satellite.ready(), 10)     # it saw the close
+        assert wait_until(satellite.ready, 30)       # and reconnected (2.5-7.5 s later)
         assert satellite.ask("what is my name") == "Your name is Bo."
         assert deployment.holder() is second
     finally:
@@ -153,7 +148,7 @@ def test_a_turn_lost_on_a_hub_without_turn_records_is_never_sent_again(pipeline_
     heard, turn, keeps = slow_turn_killed_after_its_first_sentence(pipeline_replicas)
     assert not keeps and heard == ["slow sentence 1"]
     assert turn.status.value == "lost" and isinstance(turn.get_exception(), ConnectionLostError)
-    time.sleep(1)         # a resend would connect at once
+    hold_still(3)         # a resend would connect at once
     assert pipeline_replicas.proxy.servers()["hub2"]["total"] == \
         pipeline_replicas.before_turn["hub2"]["total"]
 
@@ -175,8 +170,8 @@ def test_a_host_list_of_hubs_with_keys_of_their_own_continues_the_conversation(t
                                    "timeout": 20})
         try:
             assert "Ada" in agent.get_response("my name is Ada", session_id="listed")
-            first.kill()
-            time.sleep(0.5)
+            first.kill()         # the process is gone; then the client saw its socket close
+            assert wait_until(lambda: not getattr(agent.pool.peek("listed"), "alive", False))
             assert agent.get_response("what is my name", session_id="listed") == \
                 "Your name is Ada."
         finally:
