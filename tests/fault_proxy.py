@@ -127,6 +127,11 @@ class FaultProxy:
     def cut(self) -> None:
         self._end(*self._socks)
 
+    @property
+    def threads_alive(self) -> int:
+        """How many of the proxy's threads still run (0 once close() has returned cleanly)."""
+        return sum(t.is_alive() for t in self._threads)
+
     def _arm(self, action: str, skip: int) -> None:
         with self._cv:
             self._fault = [action, skip]
