@@ -11,6 +11,7 @@ from engines import ScriptEngine
 from ovos_bus_client.message import Message
 from ovos_bus_client.session import SessionManager
 from servers import RedisServer
+from waiting import wait_until
 
 from hivemind_chat_agent import ChatAgentProtocol
 from hivemind_chat_agent.core.protocol_names import TURN_TAG_KEY
@@ -53,16 +54,25 @@ class Replica:
         self.protocol.bus.emit(Message("recognizer_loop:utterance", {"utterances": [text]},
                                        context))
 
+    def pump_until(self, condition, timeout=10.0):
+        """Run this replica's event loop (which delivers the replies) until `condition()`
+        holds or `timeout` seconds passed; its last value."""
+        asyncio.set_event_loop(self.loop)
+
+        def pumped():
+            self.loop.run_until_complete(asyncio.sleep(0.01))
+            return condition()
+        return wait_until(pumped, timeout, poll=0)
+
     def finish(self):
         """The sentences (or the failure) answering the last utterance, once its end came."""
-        asyncio.set_event_loop(self.loop)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            self.loop.run_until_complete(asyncio.sleep(0.01))
+        def ended():
             replies = self.satellite.heard[self._start:]
-            if replies and replies[-1][0] == "ovos.utterance.handled":
-                return [data.get("utterance") or data for kind, data in replies[:-1]]
-        raise AssertionError(f"no end: {self.satellite.heard[self._start:]}")
+            return bool(replies) and replies[-1][0] == "ovos.utterance.handled"
+        if not self.pump_until(ended):
+            raise AssertionError(f"no end: {self.satellite.heard[self._start:]}")
+        return [data.get("utterance") or data for kind, data in
+                self.satellite.heard[self._start:-1]]
 
     def ask(self, text, session_id="kitchen", turn_id=None):
         self.send(text, session_id, turn_id)
@@ -176,7 +186,7 @@ def test_a_repeated_turn_id_is_answered_from_its_record_on_another_hub(replicas)
 def test_a_turn_id_still_running_elsewhere_is_waited_for_not_run_again(replicas):
     a, b = replicas(), replicas()
     a.send("wait 1", turn_id="t-slow")
-    time.sleep(0.3)                           # a is running it
+    assert wait_until(lambda: a.protocol.engine.asked == ["wait 1"], 5)   # a is running it
     assert b.ask("wait 1", turn_id="t-slow") == ["done waiting"]
     assert a.finish() == ["done waiting"]
     assert a.protocol.engine.asked == ["wait 1"] and b.protocol.engine.asked == []
@@ -247,13 +257,12 @@ def test_a_turn_that_finds_all_its_clients_records_running_is_answered_busy(tmp_
     hub = Replica("memory", tmp_path, Satellite(), max_turn_records_per_client=1)
     try:
         hub.send("wait 1", session_id="s1", turn_id="t-long")
-        time.sleep(0.3)                                     # running, its record taken
+        assert wait_until(lambda: hub.protocol.engine.asked == ["wait 1"], 5)   # record taken
         [refused] = hub.ask("hello", session_id="s2", turn_id="t-new")
         assert refused["reason"] == "busy" and "max_turn_records_per_client" in \
             refused["message"], refused
-        hub.loop.run_until_complete(asyncio.sleep(1.2))    # the first turn's end arrives
-        assert ("speak", "done waiting") in [(k, d.get("utterance")) for k, d in
-                                             hub.satellite.heard]
+        assert hub.pump_until(lambda: ("speak", "done waiting") in [    # the first one's end
+            (k, d.get("utterance")) for k, d in hub.satellite.heard])
         assert hub.ask("hello", session_id="s2", turn_id="t-new") == ["hello there"]
         assert hub.protocol.engine.asked == ["wait 1", "hello"]
     finally:

@@ -1,4 +1,6 @@
 """Session bookkeeping and configuration, without sockets."""
+import json
+
 import pytest
 from ovos_bus_client.session import Session, SessionManager
 
@@ -104,6 +106,15 @@ def test_store_continues_a_conversation_in_a_new_process_and_is_private_per_clie
     assert other.for_turn("sb-s").active_skills == []  # another access key: its own store
 
 
+def stored_file(directory, session_id):
+    """The file a SessionStore under `directory` keeps `session_id` in, found by what it
+    holds (each file names its session), not by how the store names it."""
+    for path in directory.rglob("*.json"):
+        if json.loads(path.read_text()).get("session_id") == session_id:
+            return str(path)
+    return None
+
+
 def test_store_is_bounded_in_count_and_age(tmp_path):
     import os
     import time
@@ -112,12 +123,12 @@ def test_store_is_bounded_in_count_and_age(tmp_path):
     store = SessionStore(str(tmp_path), "h", 1, "k", max_sessions=5, ttl=3600)
     for i in range(12):
         store.save(f"s{i}", {"session_id": f"s{i}"})
-        path = store._file(f"s{i}")
+        path = stored_file(tmp_path, f"s{i}")
         os.utime(path, (time.time() - 100 + i, time.time() - 100 + i))
     store.prune()
     assert len(list(tmp_path.rglob("*.json"))) == 5
     assert store.load("s11") == {"session_id": "s11"} and store.load("s0") is None
-    old = store._file("s11")
+    old = stored_file(tmp_path, "s11")
     os.utime(old, (time.time() - 7200, time.time() - 7200))
     assert store.load("s11") is None and not os.path.exists(old)
 
