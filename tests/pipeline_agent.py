@@ -117,7 +117,8 @@ class PipelineAgent(AgentProtocol):
         cmd, args = (words[0].lower(), words[1:]) if words else ("", [])
         self.seen.append((peer, utterance, message.context.get("session", {}).get("session_id")))
         sess = Session.from_message(message)
-        done = lambda: self._send(loop, peer, message.reply("ovos.utterance.handled", {}))
+        def done():
+            return self._send(loop, peer, message.reply("ovos.utterance.handled", {}))
         if cmd == "hello":
             self._speak(loop, peer, message, "hello there")
         elif cmd == "count":
@@ -190,11 +191,12 @@ class PipelineAgent(AgentProtocol):
                                    ("ovos.utterance.handled", {})):
                 self._raw(loop, peer, {"msg_type": "bus", "payload": {
                     "type": msg_type, "data": data, "context": forged}}, encrypt=False)
-            time.sleep(0.3)
+            # no wait: the IO loop runs its callbacks in order, so the forged frames go out
+            # on the socket before the genuine one
             self._speak(loop, peer, message, "genuine")
         elif cmd == "tamper":
             loop.add_callback(lambda: write_tampered(self.hm_protocol.clients.get(peer)))
-            time.sleep(0.3)
+            # no wait: the loop sends the tampered frame first (callbacks run in order)
             self._speak(loop, peer, message, "after tampering")
         elif cmd == "huge":
             self._speak(loop, peer, message, "x" * int(args[0]))
@@ -225,7 +227,8 @@ class PipelineAgent(AgentProtocol):
                 write_encrypted(client, obj if isinstance(obj, str) else json.dumps(obj))
             loop.add_callback(send)
 
-        bus = lambda payload: raw({"msg_type": "bus", "payload": payload})
+        def bus(payload):
+            return raw({"msg_type": "bus", "payload": payload})
         other = dict(message.context)
         other["session"] = dict(other["session"], session_id="someone-else",
                                 lang="xx-XX")
