@@ -4,11 +4,10 @@ library driven as homeassistant/components/wyoming/conversation.py drives it (`D
 conversation_id, device_id, satellite_id}, language)`, read until `Handled` / `NotHandled`),
 and our server run as `hivemind-chat wyoming` runs it."""
 import asyncio
-import socket
 import threading
-import time
 
 from hubs import free_port
+from waiting import accepting, wait_until
 from wyoming.asr import Transcript
 from wyoming.client import AsyncTcpClient
 from wyoming.handle import Handled, NotHandled
@@ -27,14 +26,8 @@ class Server:
         self._task = None
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
-                return
-            except OSError:
-                time.sleep(0.02)
-        raise RuntimeError("the Wyoming server did not start")
+        if not wait_until(lambda: accepting(self.port), 10):
+            raise RuntimeError("the Wyoming server did not start")
 
     def _run(self):
         asyncio.set_event_loop(self.loop)

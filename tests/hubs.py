@@ -18,7 +18,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 
 from hivemind_chat_agent.bridges.local_hub import (
     HubCredentials,
@@ -29,6 +28,7 @@ from hivemind_chat_agent.bridges.local_hub import (
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import hub_venvs  # noqa: E402
+from waiting import accepting, wait_until  # noqa: E402
 
 # the current line's CLI (generation "5"); a hub's own is HubProcess.cli
 HUB_CLI = os.path.join(os.path.dirname(sys.executable), "hivemind-core")
@@ -129,13 +129,12 @@ def wait_listening(port: int, timeout: float = 30, proc=None, what: str = "a ser
                    host: str = "127.0.0.1") -> None:
     """Until something accepts connections on `host`:`port`; RuntimeError after `timeout`
     or when `proc` (a Popen) has exited."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and (proc is None or proc.poll() is None):
-        try:
-            socket.create_connection((host, port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
+    def state():
+        if proc is not None and proc.poll() is not None:
+            return "exited"
+        return "up" if accepting(port, host) else None
+    if wait_until(state, timeout, poll=0.05) == "up":
+        return
     raise RuntimeError(f"{what} did not listen on {port}"
                        + (f" (exit code {proc.poll()})" if proc is not None else ""))
 
@@ -210,15 +209,12 @@ class HubProcess:
         # the hub logs to stdout: keep draining it or it blocks on a full pipe
         threading.Thread(target=self._drain, args=(self.proc.stdout, self._log),
                          daemon=True).start()
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
+        def state():
             if self.proc.poll() is not None:
-                break
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
-                return self
-            except OSError:
-                time.sleep(0.05)
+                return "exited"
+            return "up" if accepting(self.port, connect_timeout=0.5) else None
+        if wait_until(state, 60, poll=0.05) == "up":
+            return self
         self.kill()
         with open(self.log_path) as f:
             tail = f.read()[-3000:]

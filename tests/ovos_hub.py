@@ -31,6 +31,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import hub_venvs  # noqa: E402
+from waiting import wait_until  # noqa: E402
 
 GENERATIONS = ("4.0", "5")
 # short on purpose: an abandoned question ends after two windows (ask, re-ask) instead of 40 s
@@ -137,13 +138,12 @@ class OVOSHub:
 
     def _wait(self, name: str, ready, timeout: float):
         proc, _ = self.procs[name]
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def state():
             if proc.poll() is not None:
-                break
-            if ready():
-                return
-            time.sleep(0.1)
+                return "exited"
+            return "up" if ready() else None
+        if wait_until(state, timeout, poll=0.1) == "up":
+            return
         tail = self.log_tail(name, 4000)
         if name == "core":    # why intents did not match: training news and errors
             tail = "\n".join(line for line in self.log_tail(name, 10 ** 7).splitlines()

@@ -4,10 +4,10 @@ import os
 import shutil
 import socket
 import subprocess
-import time
 from typing import Optional
 
 from hubs import free_port
+from waiting import wait_until
 
 
 def need(program: str) -> str:
@@ -30,17 +30,19 @@ class ServerProcess:
         self.process = subprocess.Popen(
             argv, stdout=open(os.path.join(self.directory, log_name), "ab"),
             stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
+        def state():
             if self.process.poll() is not None:
-                raise RuntimeError(f"{argv[0]} exited ({self.process.returncode}); see "
-                                   f"{self.directory}/{log_name}")
+                return "exited"
             try:
-                if ready():
-                    return
+                return "up" if ready() else None
             except OSError:
-                pass
-            time.sleep(0.05)
+                return None
+        got = wait_until(state, 20, poll=0.05)
+        if got == "exited":
+            raise RuntimeError(f"{argv[0]} exited ({self.process.returncode}); see "
+                               f"{self.directory}/{log_name}")
+        if got == "up":
+            return
         self.stop()
         raise RuntimeError(f"{argv[0]} did not serve within 20 s; see "
                            f"{self.directory}/{log_name}")
@@ -138,9 +140,5 @@ class HAProxy(ServerProcess):
         return out
 
     def wait_until(self, condition, timeout: float = 20.0) -> bool:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if condition(self.servers()):
-                return True
-            time.sleep(0.1)
-        return False
+        """Whether `condition(self.servers())` held within `timeout` seconds."""
+        return bool(wait_until(lambda: condition(self.servers()), timeout, poll=0.1))

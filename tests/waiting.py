@@ -36,3 +36,14 @@ def wait_until(condition, timeout: float = 10.0, poll: float = POLL):
 def hold_still(units: float = 1.0) -> None:
     """Let `units` UNITs pass, for an assertion that something did NOT happen meanwhile."""
     time.sleep(units * UNIT)
+
+
+def accepting(port: int, host: str = "127.0.0.1", connect_timeout: float = 0.2) -> bool:
+    """Whether something accepts TCP connections on `host`:`port` now (a socket state to
+    wait for with wait_until)."""
+    import socket
+    try:
+        socket.create_connection((host, port), timeout=connect_timeout).close()
+    except OSError:
+        return False
+    return True
