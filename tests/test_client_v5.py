@@ -7,6 +7,7 @@ import time
 
 import pytest
 from hubs import HubProcess
+from waiting import UNIT
 
 from hivemind_chat_agent import (
     AccessKeyRejectedError,
@@ -75,7 +76,7 @@ def test_a_client_allowed_only_one_utterance_topic_chats_without_configuration(h
         assert agent.topic.current == allowed
         started = time.monotonic()       # learnt once: the next turn pays nothing for it
         assert agent.get_response("hello", session_id=f"only2-{allowed}") == "hello there"
-        assert time.monotonic() - started < 5
+        assert time.monotonic() - started < 15 * UNIT   # no fallback wait again
 
 
 def test_a_denied_topic_is_a_fast_typed_error_naming_the_command(hub5, keys, make_agent):
@@ -84,7 +85,7 @@ def test_a_denied_topic_is_a_fast_typed_error_naming_the_command(hub5, keys, mak
     started = time.monotonic()
     with pytest.raises(PolicyDeniedError) as info:
         agent.get_response("hello", session_id="denied")
-    assert time.monotonic() - started < 1.0
+    assert time.monotonic() - started < 4 * UNIT       # at once, not after the timeout
     message = str(info.value)
     assert f"hivemind-core allow-msg {LEGACY} {CURRENT} NODE_ID" in message
     assert creds.key not in message and creds.password not in message
@@ -108,7 +109,7 @@ def test_the_static_key_survives_a_restart_and_another_key_is_refused_with_the_f
     started = time.monotonic()
     with pytest.raises(ClientKeyRefusedError, match="reset-noise-pin"):
         stranger.get_response("hello", session_id="pin")
-    assert time.monotonic() - started < 1.0
+    assert time.monotonic() - started < 4 * UNIT       # at once, not after the timeout
     subprocess.run([hub5.cli, "reset-noise-pin", str(hub5.client_id(creds.key))],
                    env=hub5.env, check=True, capture_output=True, timeout=60)   # the fix
     assert stranger.get_response("hello", session_id="pin") == "hello there"

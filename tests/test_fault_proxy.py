@@ -9,6 +9,7 @@ from fault_proxy import FaultProxy
 from leaks import agent_threads, threads_left
 from ovos_bus_client.session import SessionManager
 from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
+from waiting import UNIT
 
 from hivemind_chat_agent import (
     AuthenticationError,
@@ -108,7 +109,7 @@ def test_a_corrupted_ciphertext_mid_turn_ends_it_as_tampered(creds, proxy, make_
     with pytest.raises(ConnectionLostError, match="tampered"):
         for sentence in stream(agent, "count 3", "corrupt"):
             got.append(sentence)
-    assert time.monotonic() - start < 2
+    assert time.monotonic() - start < 7 * UNIT          # at once, not after the timeout
     assert got == ["sentence 1"]                          # nothing after the bad frame is read
     assert actions(proxy)[:2] == ["sent", "corrupted"]
     assert agent.get_response("hello", session_id="corrupt") == "hello there"
@@ -128,7 +129,7 @@ def test_a_garbled_frame_mid_turn_is_a_typed_error_not_a_shorter_answer(creds, p
     with pytest.raises(ConnectionLostError):
         answer = agent.get_response("count 3", session_id=sid)
         pytest.fail(f"a clean answer with a sentence missing: {answer!r}")
-    assert time.monotonic() - start < 2
+    assert time.monotonic() - start < 7 * UNIT          # at once, not after the timeout
     assert "corrupted" in actions(proxy)
     assert agent.get_response("count 2", session_id=sid) == "sentence 1\nsentence 2"
 
@@ -143,7 +144,7 @@ def test_a_dropped_handled_returns_the_sentences_after_the_timeout(creds, proxy,
     proxy.drop_next(skip=3)                               # count 3's ovos.utterance.handled
     start = time.monotonic()
     assert agent.get_response("count 3", session_id="nohandled") == "\n".join(COUNT_3)
-    assert 1.4 <= time.monotonic() - start < 3            # it did wait for the handled
+    assert 1.4 <= time.monotonic() - start < 1.5 + 5 * UNIT   # it did wait for the handled
     assert actions(proxy)[-4:] == ["sent"] * 3 + ["dropped"]
     assert any("hub stopped mid-answer" in w for w in warnings_seen), warnings_seen
     if generation == "4.0":      # AES-GCM frames stand alone: a missing one goes unseen
@@ -172,7 +173,7 @@ def test_a_blackhole_mid_turn_times_out_and_late_replies_stay_out_of_the_next_tu
     start = time.monotonic()
     with pytest.raises(TurnTimeoutError):
         agent.get_response("slow 2 0.3", session_id="partition")
-    assert 1.4 <= time.monotonic() - start < 2.5
+    assert 1.4 <= time.monotonic() - start < 1.5 + 3 * UNIT
     proxy.heal()                                          # the held bytes flow again
     assert agent.get_response("count 2", session_id="partition") == "sentence 1\nsentence 2"
     late = [sub.get(timeout=3), sub.get(timeout=3)]
@@ -231,7 +232,7 @@ def test_a_blackhole_during_the_handshake_is_a_typed_error_within_connect_timeou
     start = time.monotonic()
     with pytest.raises(error, match=says):
         agent.get_response("hello", session_id=f"hs-{after}")
-    assert 0.9 <= time.monotonic() - start < 2
+    assert 0.9 <= time.monotonic() - start < 1 + 3 * UNIT
     assert actions(proxy)[:after] == ["sent"] * after
     proxy.heal()
     assert agent.get_response("hello", session_id=f"hs-{after}") == "hello there"
@@ -248,7 +249,7 @@ def test_line_noise_during_the_handshake_is_not_blamed_on_the_access_key(creds, 
     start = time.monotonic()
     with pytest.raises(HiveMindChatError) as err:
         agent.get_response("hello", session_id="noise")
-    assert time.monotonic() - start < 3
+    assert time.monotonic() - start < 2 + 3 * UNIT     # within its connect_timeout
     assert actions(proxy)[:2] == ["sent", "corrupted"]
     assert not isinstance(err.value, AuthenticationError), repr(err.value)
     assert agent.get_response("hello", session_id="noise") == "hello there"

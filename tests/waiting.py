@@ -9,8 +9,12 @@
   would have needed to show. It is measured in `UNIT`s, so a slow machine raises one number
   (HIVEMIND_CHAT_TEST_UNIT, seconds) instead of editing every test.
 
-Nothing else in tests/ calls time.sleep to wait for the system under test (the scripted engines
-sleep to play a slow engine, which is the scenario, not a wait)."""
+A test that measures a duration against a real hub (a turn refused "at once", a timeout
+that fired "at its time") bounds it by the configured time plus a few UNITs, so the same
+number scales those margins. A quick-loop test that measures time drives
+tests/fake_clock.FakeClock instead of the wall clock. The scripted engines' and hubs' sleeps (tests/engines.py,
+tests/pipeline_agent.py: "slow", "wait", "hang", "later") play a slow engine, which is the
+scenario under test, not a wait."""
 import os
 import time
 
