@@ -297,10 +297,10 @@ class OVOSHub:
         return os.path.getsize(self.log_path("core"))
 
     def cleanup(self):
-        for name, (proc, log) in reversed(list(self.procs.items())):
+        for proc, _log in reversed(list(self.procs.values())):
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGTERM)   # ovos-core may ignore it for 15 s+
-        for name, (proc, log) in self.procs.items():
+        for proc, log in self.procs.values():
             try:
                 proc.wait(5)
             except subprocess.TimeoutExpired:

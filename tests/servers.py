@@ -132,7 +132,7 @@ class HAProxy(ServerProcess):
         header = rows[0].lstrip("# ").split(",")
         out = {}
         for row in rows[1:]:
-            cells = dict(zip(header, row.split(",")))
+            cells = dict(zip(header, row.split(","), strict=False))
             if cells.get("svname") not in (None, "FRONTEND", "BACKEND"):
                 out[cells["svname"]] = {"status": cells["status"],
                                         "sessions": int(cells["scur"] or 0),

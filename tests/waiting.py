@@ -12,9 +12,9 @@
 A test that measures a duration against a real hub (a turn refused "at once", a timeout
 that fired "at its time") bounds it by the configured time plus a few UNITs, so the same
 number scales those margins. A quick-loop test that measures time drives
-tests/fake_clock.FakeClock instead of the wall clock. The scripted engines' and hubs' sleeps (tests/engines.py,
-tests/pipeline_agent.py: "slow", "wait", "hang", "later") play a slow engine, which is the
-scenario under test, not a wait."""
+tests/fake_clock.FakeClock instead of the wall clock. The scripted engines' and hubs' sleeps
+(tests/engines.py, tests/pipeline_agent.py: "slow", "wait", "hang", "later") play a slow
+engine, which is the scenario under test, not a wait."""
 import os
 import time
 
