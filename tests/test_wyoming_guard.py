@@ -25,16 +25,16 @@ from wyoming.event import async_read_event, async_write_event
 from wyoming.handle import Handled, NotHandled
 from wyoming.info import Describe, Info
 
+from hivemind_chat_agent.bridges.wyoming_events import Deadlines
 from hivemind_chat_agent.bridges.wyoming_server import (
     SPOKEN,
     AllowList,
-    Caps,
-    Deadlines,
     Guard,
     PeerGate,
     WyomingBridge,
     run_server,
 )
+from hivemind_chat_agent.core.peer_gate import Caps
 
 CLI = os.path.join(os.path.dirname(sys.executable), "hivemind-chat")
 
