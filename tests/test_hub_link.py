@@ -65,9 +65,9 @@ def test_bus_messages_count_only_once_ready(tmp_path):
     link.opened()
     assert link.frame_received(bus()).bus is None          # before the channel: nothing
     handshake(tmp_path, link)
-    assert not link.heard
+    assert not link.hub_spoke
     assert link.frame_received(bus("hello")).bus.data["utterance"] == "hello"
-    assert link.heard
+    assert link.hub_spoke
 
 
 def test_a_wrong_password_fails_the_connect_with_its_error(tmp_path):

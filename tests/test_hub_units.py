@@ -216,7 +216,7 @@ def test_failed_writes_to_a_vanished_satellite_are_consumed():
     import gc
     import logging
 
-    from hivemind_chat_agent.hub.link_v4 import write_frame
+    from hivemind_chat_agent.hub.dialect_v4 import write_frame
 
     class Handler:
         def write_message(self, frame, binary):

@@ -346,7 +346,7 @@ class OneConnection:
 
 
 class Host:
-    """What client/turn_driver.TurnHost asks of the agent, from real parts."""
+    """What client/turn_driver.DriverHost asks of the agent, from real parts."""
 
     def __init__(self, pool, config):
         from hivemind_chat_agent.client.session_book import SessionBook

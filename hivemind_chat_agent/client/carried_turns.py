@@ -63,7 +63,7 @@ class TurnHandle:
         self._arrived = threading.Condition()
         self.error: Optional[HiveMindChatError] = None   # why the hub refused it, if it did
         self.message: Optional[Message] = None           # what was sent, for a topic retry
-        self.heard = False                               # some reply of this turn arrived
+        self.replied = False                             # some reply of this turn arrived
 
     def take(self, events: List[Event]) -> None:
         """The events the turn's state machine gave out: sentences to the sink, the end (only
@@ -141,7 +141,7 @@ class CarriedTurns:
         with self._lock:
             return [h for h in self._handles.values()
                     if h.message is not None and h.message.msg_type == msg_type
-                    and not h.heard and not h.turn.state.is_final]
+                    and not h.replied and not h.turn.state.is_final]
 
     def refuse(self, handles: Optional[List[TurnHandle]], error: HiveMindChatError) -> None:
         """The hub refused these turns (None: every one): each ends with `error`."""
@@ -186,7 +186,7 @@ class CarriedTurns:
                                   response_mode_only=routing.absorb is Absorb.RESPONSE_MODE)
             if routing.turn is not None:
                 handle = self._handles[routing.turn.session_id]
-                handle.heard = True
+                handle.replied = True
                 if reply.turn_tag is None:
                     self.untagged = True
                 handle.take(routing.events)

@@ -111,8 +111,8 @@ class HubConnection:
         return self.link.many_sessions
 
     @property
-    def heard(self) -> bool:
-        return self.link.heard
+    def hub_spoke(self) -> bool:
+        return self.link.hub_spoke
 
     @property
     def alive(self) -> bool:
@@ -171,7 +171,7 @@ class HubConnection:
         """Wait up to `timeout` for a fresh v3 connection's refusal and raise it. A 5.x hub
         checks our pinned key only after the last handshake message and says nothing when it
         is content; turns learn of a refusal as it comes, a warm-up waits for it."""
-        if self.link.many_sessions and not self.link.heard:
+        if self.link.many_sessions and not self.link.hub_spoke:
             self._ended.wait(timeout)
         if self.link.error is not None:
             raise self.link.error

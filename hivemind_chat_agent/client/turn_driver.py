@@ -30,7 +30,7 @@ from hivemind_chat_agent.core.turns import Ended, EndReason
 from hivemind_chat_agent.errors import HiveMindChatError
 
 
-class TurnHost(Protocol):
+class DriverHost(Protocol):
     """What a turn needs of the agent it runs for (client/agent.HiveMindChatAgent)."""
     pool: ConnectionPool
     sessions: SessionBook
@@ -46,7 +46,7 @@ class TurnHost(Protocol):
 
 
 class TurnDriver:
-    def __init__(self, agent: TurnHost, session_id: str, session_lock):
+    def __init__(self, agent: DriverHost, session_id: str, session_lock):
         self.agent = agent
         self.session_id = session_id
         # held from send() until release; the agent's table of them is weak, so holding

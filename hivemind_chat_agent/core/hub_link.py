@@ -68,7 +68,7 @@ class HubLink:
         self.error: Optional[HiveMindChatError] = None
         self.generation = ""             # which handshake the hub spoke, once it has
         self.many_sessions = False       # the hub reads each message's Session (5.x)
-        self.heard = False               # some message arrived since the channel
+        self.hub_spoke = False           # some message arrived since the channel
         self._hello: Optional[Dict[str, Any]] = None     # the hub's cleartext HELLO
         self._exchange: Optional[KeyExchange] = None
         self._opened = False
@@ -83,7 +83,7 @@ class HubLink:
         if self.state is LinkState.CLOSED:
             return Decision()
         if self.state is LinkState.READY:
-            self.heard = True
+            self.hub_spoke = True
         if message.msg_type == HiveMessageType.BUS:
             return Decision(bus=message.payload) if self.state is LinkState.READY \
                 else Decision()
@@ -100,7 +100,7 @@ class HubLink:
         if self.state is LinkState.CLOSED:
             return Decision()
         refusal = refusal_from_close(code, reason)
-        if refusal is None and code == 1008 and self.many_sessions and not self.heard:
+        if refusal is None and code == 1008 and self.many_sessions and not self.hub_spoke:
             # A 5.x hub checks our static key against its pin only after the last handshake
             # message and answers nothing on success; its close often says only "invalid
             # message". Nothing else closes a fresh v3 connection before its first answer.

@@ -48,7 +48,7 @@ def agent_messages(history: List[Exchange], utterance: str) -> List[AgentMessage
             for role, text in engine_messages(history, utterance)]
 
 
-class TurnHost(Protocol):
+class HubTurnHost(Protocol):
     """What a turn needs of the plugin that runs it (hub/protocol.ChatAgentProtocol)."""
     settings: HubSettings
     clock: Clock
@@ -69,7 +69,7 @@ class HubTurn:
     """One satellite utterance on its way through the engine. Thread-safe `finish` guarantees
     exactly one end (answer, failure or timeout), whoever gets there first."""
 
-    def __init__(self, protocol: TurnHost, message: Message, client: Any, peer: str,
+    def __init__(self, protocol: HubTurnHost, message: Message, client: Any, peer: str,
                  loop, utterance: str, satellite_session: Dict[str, Any], session_id: str):
         self.protocol = protocol
         self.message = message

@@ -7,7 +7,7 @@ on a bounded pool of workers, one satellite session's turns in order (hub/turn_r
 Replies go back through the IO loop to the satellite that asked, and to no other; a turn
 always ends with exactly one `ovos.utterance.handled` (hub/hub_turn.py). How a reply is
 encrypted and written depends on the hub's generation (4.x password handshake, 5.x Noise):
-hub/links.py picks that per connection.
+hub/dialects.py picks that per connection.
 
 The jobs around it are each in a module of their own: who sent a message (hub/senders.py),
 the satellite sessions followed and what goes with them (hub/satellite_book.py), the one path
@@ -42,9 +42,9 @@ from hivemind_chat_agent.hub.connections import (
     connection_closed,
     mark_closed,
 )
+from hivemind_chat_agent.hub.dialects import dialect_for, install_dialects
 from hivemind_chat_agent.hub.exchanges import EndedExchange, keep_exchange
 from hivemind_chat_agent.hub.hub_turn import HubTurn, OpenTurns
-from hivemind_chat_agent.hub.links import install_links, link_for
 from hivemind_chat_agent.hub.loop_clock import IOLoopClock
 from hivemind_chat_agent.hub.query import answer_client_query, stream_answer
 from hivemind_chat_agent.hub.satellite_book import SatelliteBook
@@ -93,7 +93,7 @@ class ChatAgentProtocol(AgentProtocol):
         self.asides = Asides(self.engine, self.send)
         self.satellites = SatelliteBook(self.settings, self.clock, self.store, self.asides,
                                         self.engine)
-        install_links()
+        install_dialects()
         compat.for_hub()   # stock satellites pick JSON-B91, whose C codec leaks
         for msg_type in UTTERANCE_TYPES:
             self.bus.on(msg_type, self._on_utterance)
@@ -202,13 +202,13 @@ class ChatAgentProtocol(AgentProtocol):
         """IO loop: write `reply` to the connection `client` (by the object, not by its peer
         name, which a satellite's HELLO changes on 5.x while the connection stays). A reply
         that cannot go out is a WARNING with the reason, never silence."""
-        link = link_for(client)
+        dialect = dialect_for(client)
         try:
             if connection_closed(client):
                 raise ReplyNotSent("the satellite is no longer connected")
-            if link is None:
+            if dialect is None:
                 raise ReplyNotSent(f"unknown connection type {type(client).__name__}")
-            link.send(client, reply)
+            dialect.send(client, reply)
         except ReplyNotSent as e:
             LOG.warning(f"not sending {reply.msg_type} to {shown_name(peer)}: {e}")
         except Exception as e:

@@ -3,7 +3,7 @@ the Session it declared and the engine session that is.
 
 hivemind-core has checked the message's key, type and session before it reaches the plugin;
 what is left here is the plugin's own view: a connection of a generation it knows (4.x or
-5.x, hub/links.py), encrypted under the connection's key, a declared session id within
+5.x, hub/dialects.py), encrypted under the connection's key, a declared session id within
 core/limits.MAX_ID_BYTES. The engine session id is the declared one keyed with the access key
 and the hub secret (core/satellites.py), so a satellite's conversation is the same on 4.x and
 5.x hubs, across reconnects and across replicas sharing a store.
@@ -17,7 +17,7 @@ from ovos_utils.log import LOG
 from hivemind_chat_agent.core.limits import id_refusal, shown_name
 from hivemind_chat_agent.core.satellites import engine_session_id
 from hivemind_chat_agent.errors import IdentifierTooLongError
-from hivemind_chat_agent.hub.links import link_for
+from hivemind_chat_agent.hub.dialects import dialect_for
 
 
 @dataclass(frozen=True)
@@ -47,13 +47,13 @@ def identify(clients: Mapping[str, Any], secret: Callable[[], bytes], message: M
     if client is None:
         LOG.info(f"ignoring {what} from {shown_name(peer)}: no such satellite is connected")
         return None
-    link = link_for(client)
-    if link is None:
+    dialect = dialect_for(client)
+    if dialect is None:
         LOG.warning(f"refusing {what} from {shown_name(peer)}: its connection "
                     f"({type(client).__name__}) is of no hivemind-core generation this "
                     "plugin knows (4.x or 5.x); nothing is answered")
         return None
-    if not link.authenticated(client):
+    if not dialect.authenticated(client):
         LOG.warning(f"refusing {what} from {shown_name(peer)}: it was not encrypted under "
                     "the connection's key (the sender knows the access key, not the "
                     "password); nothing is answered")
@@ -64,7 +64,7 @@ def identify(clients: Mapping[str, Any], secret: Callable[[], bytes], message: M
         sat_session = {"session_id": "default"}
     # keyed by the id the satellite declared, so its engine session is the same on 4.x
     # and 5.x hubs (and across an upgrade); replies carry that id back
-    declared = link.declared_session_id(client, sat_session["session_id"])
+    declared = dialect.declared_session_id(client, sat_session["session_id"])
     refusal = id_refusal("session id", declared)
     if refusal:
         raise IdentifierTooLongError(refusal)

@@ -3,7 +3,7 @@
 A 4.x connection object (`HiveMindClientConnection`) carries the handshake's session key
 (`crypto_key`, `cipher`, `encoding`, `binarize`) and a `msg_blacklist`; whoever answers encrypts.
 4.0 also decodes plain-text frames from any connection that presented a valid access key, so
-this link marks each decoded frame as ciphertext or not (`watch_frames`) and counts a satellite
+this dialect marks each decoded frame as ciphertext or not (`watch_frames`) and counts a satellite
 as authenticated only while the frame being handled was ciphertext.
 """
 from hivemind_bus_client.message import HiveMessage, HiveMessageType

@@ -1,0 +1,46 @@
+"""How a reply reaches a satellite: one dialect per hivemind-core generation, chosen per
+connection (a dialect is the hub side's word; the client's `HubLink` is another thing).
+
+hivemind-core 4.x connections carry the password handshake's session key and leave encryption to
+whoever writes (`dialect_v4`); 5.x connections carry a Noise transport and encrypt in their own
+`send` (`dialect_v5`). Everything generation-specific about answering a satellite lives in those
+two modules, behind the same four names:
+
+    fits(client) -> bool            is this connection object of that generation?
+    authenticated(client) -> bool   was the message being handled proven to come from the key's
+                                    holder (not merely someone who knows the access key)?
+    declared_session_id(client, sid)  the session id the satellite itself declared, from the
+                                    one core handed the agent (5.x namespaces it)
+    send(client, reply: Message)    encrypt and write one BUS reply, or raise ReplyNotSent
+    install()                       process-wide hooks, idempotent
+
+The dialect is picked once per connection, from what the object has, and kept on it.
+"""
+from types import ModuleType
+from typing import Optional
+
+_DIALECT_ATTR = "_hivemind_chat_dialect"
+
+
+def _dialects():
+    from hivemind_chat_agent.hub import dialect_v4, dialect_v5
+    return (dialect_v5, dialect_v4)     # a 4.x pre-release with a Noise session counts as 5.x
+
+
+def install_dialects() -> None:
+    for dialect in _dialects():
+        dialect.install()
+
+
+def dialect_for(client) -> Optional[ModuleType]:
+    """The dialect module for this connection, or None for a connection object of no known
+    generation (the caller refuses it, with a warning)."""
+    dialect = getattr(client, _DIALECT_ATTR, None)
+    if dialect is None:
+        dialect = next((candidate for candidate in _dialects() if candidate.fits(client)), None)
+        if dialect is not None:
+            try:
+                setattr(client, _DIALECT_ATTR, dialect)
+            except AttributeError:    # a slotted object: choose again next time
+                pass
+    return dialect
