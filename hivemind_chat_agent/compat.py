@@ -7,14 +7,14 @@ Each entry: the library and versions it targets, why, and the upstream fix that 
 
 - `use_leak_free_codecs`: hivemind-bus-client 1.x `encryption.B91/Z85B/Z85P` and z85base91
   0.0.5. Its C codecs never free their result buffers: every JSON-B91/Z85 frame leaked its size
-  (about 14 MB per 1000 turns on a 4.0 hub). Fix: free the buffers in z85base91.
+  (docs/performance.md#why-the-code-is-as-it-is). Fix: free the buffers in z85base91.
 - `watch_v4_decoding`: hivemind-core 4.x `HiveMindClientConnection.decode`. 4.0 decodes
   plain-text frames from anyone who knows the access key; the hub plugin must know whether the
   frame it handles was ciphertext. Fix: reject plain text once a connection has a key (the TODO
   in `decode`) and verify the password envelope.
 - `bound_frame_length`: websocket-client 1.x `frame_buffer.recv_length` (of one socket). A
   frame is refused by its header, before websocket-client buffers the length the hub announces
-  (a 50 MB frame cost 65-122 MB). Fix: a maximum frame size in websocket-client.
+  (docs/performance.md#why-the-code-is-as-it-is). Fix: a maximum frame size in websocket-client.
 - `register_session`: ovos-bus-client 1.x `SessionManager.__lock`, 2.x `SessionManager._lock`.
   2.x keeps only the default Session in the registry; agents, personas and skills of this
   process still look conversations up there by id (2.x's intended model: nothing to fix).

@@ -1,5 +1,5 @@
-"""The demo's learned AIML brain kept in a file, so a start reads it (about 0.3 s) instead of
-learning the ALICE set again (about 4 s).
+"""The demo's learned AIML brain kept in a file, so a start reads it instead of learning the
+ALICE set again, many times slower (docs/performance.md, the demo's start).
 
 One file per key, `aiml-brain-<key>.bin` in the cache folder; the key is a digest of what the
 brain is made of and what reads it: this file format, the aiml kernel's version, the Python
@@ -17,8 +17,8 @@ the whole new one or none, never half of one.
 
 aiml 0.9.2's PatternMgr (the kernel's `_brain`) keeps its whole state in three fields, the ones
 its own `save`/`restore` write with marshal in this order. Its `restore` reads the file through
-`marshal.load`, object by object (3.9 s for ALICE's 2.7 million objects, no faster than
-learning); one `marshal.loads` of the bytes read at once takes 0.25 s. So `take` and `install`
+`marshal.load`, object by object, no faster than learning; one `marshal.loads` of the bytes read
+at once is an order of magnitude faster. So `take` and `install`
 read and set those three fields themselves; `fits` says whether this aiml still has them
 (otherwise the engine learns without a cache).
 """

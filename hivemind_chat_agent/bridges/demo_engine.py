@@ -4,8 +4,8 @@ within a conversation and not across conversations. A session this engine has no
 from the conversation's earlier user messages (the hub's history), so a conversation that moves
 to another hub (replicas sharing a Redis store) keeps what the user told it.
 
-Learning the 63 ALICE files takes about 4 s; the learned brain is kept in the user's cache
-(aiml_brain.py) and read back in about 0.3 s on every later start."""
+Learning the 63 ALICE files takes seconds; the learned brain is kept in the user's cache
+(aiml_brain.py) and read back on every later start (docs/performance.md, the demo's start)."""
 import glob
 import os
 import sys

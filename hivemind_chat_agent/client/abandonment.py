@@ -2,11 +2,11 @@
 
 An asyncio caller (a front whose client hung up) may be cancelled while its turn's thread is
 still waiting to connect or connecting: on a 4.x hub every new conversation opens a connection
-of its own, with a handshake the hub does on its IO loop. Forty abandoned new conversations
-finished forty handshakes before anyone else was served (2-4 s), and then sent utterances
-nobody would hear. With an `Abandonment`, a connect that has not started is dropped, one in
-progress is aborted, and the utterance is never sent; a turn already sent is stopped as
-before (ChatTurn.terminate).
+of its own, with a handshake the hub does on its IO loop. Abandoned new conversations used to
+finish their handshakes before anyone else was served, and then sent utterances nobody would
+hear (docs/performance.md#why-the-code-is-as-it-is). With an `Abandonment`, a connect that has
+not started is dropped, one in progress is aborted, and the utterance is never sent; a turn
+already sent is stopped as before (ChatTurn.terminate).
 """
 import threading
 from contextlib import contextmanager

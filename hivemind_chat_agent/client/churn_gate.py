@@ -3,8 +3,8 @@
 The stock hub plugin of hivemind-core 4.0 (hivemind-ovos-agent-plugin 0.1.0) iterates the hub's
 client table on its OVOS bus thread for every message it forwards; a client connecting or
 leaving meanwhile raises "dictionary changed size during iteration", and the plugin drops its
-OVOS bus connection for about 5 s, losing every utterance and reply in that window (skills
-waiting on a lost `audio_output_end` then hold ovos-core's handler pool for 15 s). The fix is
+OVOS bus connection for seconds, losing every utterance and reply in that window (skills
+waiting on a lost `audio_output_end` then hold ovos-core's handler pool). The fix is
 upstream (see docs/troubleshooting.md); until a hub has it, an agent never changes its own
 connections while its own turns are being answered: a connect or a close waits for the turns in
 flight to end, and a new turn waits for connects in progress, each at most `max_wait` seconds so
@@ -14,29 +14,28 @@ neither side can starve the other. Connects still run in parallel with each othe
 `HubConnection.acknowledge_changes` while this gate is not relaxed): a HELLO is followed by a
 websocket ping, and the connect ends at its pong (tornado handles a connection's frames in
 order, so the hub has filed the client by then); a close waits for the hub's answering close
-frame (sent as tornado drops the connection). Measured with tests/test_stock_hub_load.py (20 new
-Home Assistant conversations one after another, 20 at once, 40 more turns): with the gate alone,
-17 and 19 of the 20 simultaneous first turns were lost in two runs, because a loaded hub read the
-HELLOs of the burst up to 0.6 s after our side had finished them and the first utterances met
-the table changing; with the acknowledgements, 0 of 80 in every run.
+frame (sent as tornado drops the connection): a loaded hub reads the HELLOs of a burst well
+after our side has finished them, and without the acknowledgements the first utterances met the
+table changing (the figures of tests/test_stock_hub_load.py:
+docs/performance.md#why-the-code-is-as-it-is).
 
 Turns that start while others are in flight are also spaced `stagger` apart (25 ms, about one
-round trip through hub and messagebus). ovos-core runs skill handlers on a small pool (6
-threads on 2 cores); a burst of greetings that all speak with wait=True arrives within a few ms
-of each other (connects finishing together line them up) and blocks every thread before the
-first audio_output_end can be handled: measured, 6 simultaneous first turns took 7-15 s, spaced
-25 ms apart 0.6-0.8 s. A lone turn, or one after the last has ended, is never delayed.
+round trip through hub and messagebus). ovos-core runs skill handlers on a small pool (6 threads
+on 2 cores); a burst of greetings that all speak with wait=True arrives within a few ms of each
+other (connects finishing together line them up) and blocks every thread before the first
+audio_output_end can be handled (measured: docs/performance.md#why-the-code-is-as-it-is). A lone
+turn, or one after the last has ended, is never delayed.
 
 At most `max_in_flight` turns (4) are in flight at once: 25 ms apart is not enough when more
-greetings come at once than ovos-core has handler threads (6 on 2 cores). 20 new Home Assistant
-conversations at once through ovos-core 2.1.1 came back in waves 15 s apart (its `wait=True`
-timeout: every thread waiting for an audio end that no free thread could handle); a turn past
-the cap waits for one to end, which leaves two threads for the audio ends.
+greetings come at once than ovos-core has handler threads (6 on 2 cores): the answers came back
+in waves of ovos-core's `wait=True` timeout (every thread waiting for an audio end that no free
+thread could handle); a turn past the cap waits for one to end, which leaves two threads for the
+audio ends.
 
 Neither hazard exists where the hub answers through our own plugin (hivemind-chat-agent-plugin:
 bounded workers, no ovos-core handler pool behind it, a client table read with `dict.get`);
 the agent `relax()`es its gate once it hears that plugin speak, so conversations with a
-persona or LLM hub start at once (20 at once: 2.1x one turn with the gate, 1.07x without).
+persona or LLM hub start at once.
 """
 import threading
 from contextlib import contextmanager

@@ -1,10 +1,10 @@
 """Spare connections for hubs that give each session a connection of its own (4.x).
 
 A new session on such a hub pays the password handshake before its first word: PBKDF2 with
-100,000 rounds on both ends, and the hub runs it on its one IO loop, one client at a time
-(about 0.1 s each on a 2-core test machine, about 1.3 s on a Raspberry Pi; 20 new conversations
-at once waited 2.5 s). A spare has done its handshake and not yet said HELLO, so the hub has not
-filed it under any session; claiming it costs one HELLO frame.
+100,000 rounds on both ends, and the hub runs it on its one IO loop, one client at a time (what
+that costs: docs/performance.md#why-the-code-is-as-it-is). A spare has done its handshake and
+not yet said HELLO, so the hub has not filed it under any session; claiming it costs one HELLO
+frame.
 
 Spares are refilled one at a time and only while none of the agent's turns is in flight or
 connecting: each handshake holds the hub's loop, and with it every other client's replies. A

@@ -11,9 +11,10 @@ thread and a bridge per call), and its ABNF frame buffer can be reached, so a fr
 by its header before its payload is read (compat.bound_frame_length).
 
 hivemind-bus-client is used for what it is for: `HiveMessage` and its serialization here, the
-handshakes' crypto in core/. Its `HiveMessageBusClient` is not used at all: its connect can
-miss the hub's first HANDSHAKE (a 5 s stall), runs cpuinfo on every connect (1.1 s), reconnects
-forever, and its constructor registers a blank Session under our id in `SessionManager`.
+handshakes' crypto in core/. Its `HiveMessageBusClient` is not used at all: its connect can miss
+the hub's first HANDSHAKE (a stall), runs cpuinfo on every connect, reconnects forever
+(docs/performance.md#why-the-code-is-as-it-is), and its constructor registers a blank Session
+under our id in `SessionManager`.
 """
 import functools
 import socket

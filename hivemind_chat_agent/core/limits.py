@@ -3,10 +3,9 @@
 A satellite declares its session id and our client tags each turn with an id; the hub keys its
 engine sessions, transcripts, Sessions and turn records by them (in memory and in Redis key
 names). Unbounded, one satellite could make every one of those as large as it likes, and every
-log line that names them too (20 asks with 3 MB conversation names grew a hub by 190 MB and
-its INFO log by 172 MB). So both are bounded: the client refuses a longer session id before
-sending anything, and the hub plugin refuses a turn, QUERY or stop that carries one, saying
-why, in one bounded log line.
+log line that names them too (docs/performance.md#why-the-code-is-as-it-is). So both are
+bounded: the client refuses a longer session id before sending anything, and the hub plugin
+refuses a turn, QUERY or stop that carries one, saying why, in one bounded log line.
 """
 
 MAX_ID_BYTES = 256       # a declared session id or a turn id, UTF-8 encoded

@@ -1,7 +1,8 @@
 """The Lua the Redis store runs when a client is over one of its bounds, so that they hold
 across every replica sharing the store. A turn's own begin and end are plain commands in one
-round trip each (hub/redis_store.py): a script call costs Redis 25-45 us over its commands,
-which bench_store.py saw as 1.16-1.18x against the target of 1.1x when every turn ran two.
+round trip each (hub/redis_store.py): a script call costs Redis more than its commands, which
+bench_store.py saw past its target when every turn ran two
+(docs/performance.md#why-the-code-is-as-it-is).
 
 Per client (its fingerprint, core/satellites.client_fingerprint; "" for none, which is under
 no session cap):
