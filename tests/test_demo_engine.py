@@ -50,23 +50,23 @@ def test_a_brain_survives_encoding_and_anything_else_is_refused():
 
 def test_the_second_start_reads_the_brain_the_first_wrote(tmp_path, sources):
     cache = str(tmp_path / "cache")
-    first = demo_engine._learned_kernel(sources, cache)
+    first = demo_engine.learned_kernel(sources, cache)
     assert first.respond("hello", "s") == "Hello from the files."
     [name] = brain_files(cache)
-    key = aiml_brain.brain_key(sources, demo_engine._new_kernel().version())
+    key = aiml_brain.brain_key(sources, demo_engine.new_kernel().version())
     assert name == os.path.basename(aiml_brain.brain_path(cache, key))
     # the same key holding another brain: a start that answers from it did not learn
-    other = demo_engine._learn(demo_engine._new_kernel(),
+    other = demo_engine.learn(demo_engine.new_kernel(),
                                [aiml_file(str(tmp_path), "Hello from the cache.", "b.aiml")])
     aiml_brain.write(aiml_brain.brain_path(cache, key), key, aiml_brain.take(other))
-    second = demo_engine._learned_kernel(sources, cache)
+    second = demo_engine.learned_kernel(sources, cache)
     assert second.respond("hello", "s") == "Hello from the cache."
 
 
 @pytest.mark.parametrize("damage", ["truncate", "flip", "empty", "garbage"])
 def test_a_damaged_brain_is_learned_again_and_rewritten(tmp_path, sources, damage):
     cache = str(tmp_path / "cache")
-    demo_engine._learned_kernel(sources, cache)
+    demo_engine.learned_kernel(sources, cache)
     path = os.path.join(cache, brain_files(cache)[0])
     with open(path, "rb") as f:
         data = f.read()
@@ -75,9 +75,9 @@ def test_a_damaged_brain_is_learned_again_and_rewritten(tmp_path, sources, damag
                "garbage": os.urandom(len(data))}[damage]
     with open(path, "wb") as f:
         f.write(damaged)
-    kernel = demo_engine._learned_kernel(sources, cache)
+    kernel = demo_engine.learned_kernel(sources, cache)
     assert kernel.respond("hello", "s") == "Hello from the files."
-    key = aiml_brain.brain_key(sources, demo_engine._new_kernel().version())
+    key = aiml_brain.brain_key(sources, demo_engine.new_kernel().version())
     assert aiml_brain.read(path, key) is not None                   # rewritten whole
     assert brain_files(cache) == [os.path.basename(path)]
     assert not [n for n in os.listdir(cache) if n.endswith(".tmp")]
@@ -85,12 +85,12 @@ def test_a_damaged_brain_is_learned_again_and_rewritten(tmp_path, sources, damag
 
 def test_changed_files_make_another_key_and_are_learned(tmp_path, sources):
     cache = str(tmp_path / "cache")
-    demo_engine._learned_kernel(sources, cache)
-    old_key = aiml_brain.brain_key(sources, demo_engine._new_kernel().version())
+    demo_engine.learned_kernel(sources, cache)
+    old_key = aiml_brain.brain_key(sources, demo_engine.new_kernel().version())
     aiml_file(str(tmp_path), "Hello, changed.")                     # same name, new content
-    new_key = aiml_brain.brain_key(sources, demo_engine._new_kernel().version())
+    new_key = aiml_brain.brain_key(sources, demo_engine.new_kernel().version())
     assert new_key != old_key
-    kernel = demo_engine._learned_kernel(sources, cache)
+    kernel = demo_engine.learned_kernel(sources, cache)
     assert kernel.respond("hello", "s") == "Hello, changed."
     assert len(brain_files(cache)) == 2
     assert aiml_brain.read(aiml_brain.brain_path(cache, new_key), new_key) is not None
@@ -106,12 +106,12 @@ def test_the_key_names_aiml_and_python_versions(sources, monkeypatch):
 def test_a_cache_that_cannot_be_written_costs_only_time(tmp_path, sources):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
-    kernel = demo_engine._learned_kernel(sources, str(blocker / "cache"))
+    kernel = demo_engine.learned_kernel(sources, str(blocker / "cache"))
     assert kernel.respond("hello", "s") == "Hello from the files."
 
 
 def test_no_cache_learns_and_writes_nothing(tmp_path, sources):
-    engine_kernel = demo_engine._learned_kernel(sources, None)
+    engine_kernel = demo_engine.learned_kernel(sources, None)
     assert engine_kernel.respond("hello", "s") == "Hello from the files."
     assert os.listdir(tmp_path) == ["greeting.aiml"]
 

@@ -38,7 +38,10 @@ def aiml_sources() -> List[str]:
     return sorted(glob.glob(os.path.join(alice, "*.aiml"))) + [MEMORY_AIML]
 
 
-def _new_kernel():
+def new_kernel():
+    """An empty aiml Kernel, quiet, its time.clock() call made to work on Python >= 3.8: the
+    kernel that `learn` or a cached brain (aiml_brain.install) then fills. Its `version()`
+    is part of the brain cache's key."""
     import aiml
     sys.modules["aiml.Kernel"].time = _TimeWithClock()   # the module, not the class
     kernel = aiml.Kernel()
@@ -46,27 +49,30 @@ def _new_kernel():
     return kernel
 
 
-def _learn(kernel, sources: List[str]):
+def learn(kernel, sources: List[str]):
+    """`kernel`, having learned the AIML files `sources` in their order (a later file's
+    category replaces an earlier one's of the same pattern). Slow for the ALICE set (seconds):
+    `learned_kernel` avoids it when a cached brain fits."""
     for path in sources:
         kernel.learn(path)
     return kernel
 
 
-def _learned_kernel(sources: List[str], cache_dir: Optional[str]):
+def learned_kernel(sources: List[str], cache_dir: Optional[str]):
     """A kernel holding the brain of `sources`: read from `cache_dir` when a sound copy for
     exactly these files, this aiml and this Python is there, learned (and written there for
     the next start) otherwise. A missing, corrupt or unwritable cache costs time, never the
     demo: it is learned again."""
-    kernel = _new_kernel()
+    kernel = new_kernel()
     if cache_dir is None or not aiml_brain.fits(kernel):
-        return _learn(kernel, sources)
+        return learn(kernel, sources)
     key = aiml_brain.brain_key(sources, kernel.version())
     path = aiml_brain.brain_path(cache_dir, key)
     brain = aiml_brain.read(path, key)
     if brain is not None:
         aiml_brain.install(kernel, brain)
         return kernel
-    _learn(kernel, sources)
+    learn(kernel, sources)
     try:
         aiml_brain.write(path, key, aiml_brain.take(kernel))
     except OSError as e:
@@ -76,7 +82,7 @@ def _learned_kernel(sources: List[str], cache_dir: Optional[str]):
 
 
 def _load_kernel(bot_name: str, cache_dir: Optional[str] = None):
-    kernel = _learned_kernel(aiml_sources(), cache_dir)
+    kernel = learned_kernel(aiml_sources(), cache_dir)
     kernel.setBotPredicate("name", bot_name)
     kernel.setBotPredicate("master", "the HiveMind community")
     return kernel
