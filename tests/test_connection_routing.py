@@ -141,13 +141,26 @@ def test_the_audio_end_is_repeated_at_growing_gaps_until_the_turn_ends():
 
 class RecordingTransport:
     """The socket layer as HubConnection sees it, recording what would be sent; `refuse`
-    makes a send fail as the transport does once the hub dropped the channel."""
+    makes a send fail as the transport does once the hub dropped the channel, and
+    `then_closed` (code, reason) has the socket thread read the hub's close `CLOSE_LAG` after
+    that refusal, as it does in the field."""
+
+    CLOSE_LAG = 0.1
+    """Seconds between the refused send and the socket thread's close: the race played, not a
+    wait: the close lands while the caller waits for it (at most 1 s), which is the path under
+    test; started by the refusal, it can never come before the send."""
 
     def __init__(self, owner, config, useragent):
         self.owner, self.sent, self.channel, self.refuse = owner, [], None, None
+        self.then_closed, self.closing = None, None
 
     def emit(self, message):
         if self.refuse is not None:
+            if self.then_closed is not None and self.closing is None:
+                self.closing = threading.Timer(self.CLOSE_LAG, self.owner.on_socket_close,
+                                               self.then_closed)
+                self.closing.daemon = True
+                self.closing.start()
             raise self.refuse
         self.sent.append(message)
 
@@ -158,21 +171,38 @@ class RecordingTransport:
         pass
 
 
-def ready_connection(tmp_path, **kw):
+class RecordingTransports:
+    """A `transport=` factory for HubConnection that keeps the RecordingTransports it made,
+    so a test reaches its connection's socket layer without reading the connection's
+    privates."""
+
+    def __init__(self):
+        self.made = []
+
+    def __call__(self, owner, config, useragent):
+        self.made.append(RecordingTransport(owner, config, useragent))
+        return self.made[-1]
+
+    @property
+    def last(self) -> RecordingTransport:
+        return self.made[-1]
+
+
+def ready_connection(tmp_path, transports=None, **kw):
     """A HubConnection whose link went through a real Noise handshake with the hub side of
-    the library, fed as Transport feeds it."""
+    the library, fed as Transport feeds it; its socket layer is `transports.last`."""
     from test_handshakes import HELLO_5, OFFER_5, NoiseHub
     config = ClientConfig.from_dict({"host": "127.0.0.1", "key": "key-1", "password":
                                      "correct horse battery staple", "plays_audio": True,
                                      "noise_key_dir": str(tmp_path / "keys")})
-    c = HubConnection(config, Session("mine"), SessionBook("d"), transport=RecordingTransport,
-                      **kw)
+    transports = transports if transports is not None else RecordingTransports()
+    c = HubConnection(config, Session("mine"), SessionBook("d"), transport=transports, **kw)
     hub = NoiseHub(tmp_path)
     c.on_socket_open()
     c.on_socket_message(HiveMessage(HiveMessageType.HELLO, HELLO_5))
     c.on_socket_message(HiveMessage(HiveMessageType.HANDSHAKE, OFFER_5))
     c.on_socket_message(HiveMessage(HiveMessageType.HANDSHAKE,
-                                    hub.answer(c._transport.sent[-1])))
+                                    hub.answer(transports.last.sent[-1])))
     assert c.alive and c.many_sessions
     return c
 
@@ -198,16 +228,15 @@ def test_a_send_that_races_the_hubs_pin_refusal_raises_the_refusal(tmp_path):
     has dropped the channel, but the socket thread has not yet read the close (a clean-clone
     CI run raised "refusing to send before the connection is encrypted" instead of the fix)."""
     from hivemind_chat_agent.errors import ClientKeyRefusedError, ConnectionLostError
-    c = ready_connection(tmp_path)
-    c._transport.refuse = ConnectionLostError("refusing to send before the connection is "
-                                              "encrypted")
-    late_close = threading.Timer(0.2, c.on_socket_close, (1008, "invalid message"))
-    late_close.start()
-    try:
-        with pytest.raises(ClientKeyRefusedError, match="reset-noise-pin"):
-            c.start_turn(Session("mine"), "hello", "t1", timeout=5, sink=Heard())
-    finally:
-        late_close.cancel()
+    transports = RecordingTransports()
+    c = ready_connection(tmp_path, transports)
+    socket = transports.last
+    socket.refuse = ConnectionLostError("refusing to send before the connection is encrypted")
+    socket.then_closed = (1008, "invalid message")
+    with pytest.raises(ClientKeyRefusedError, match="reset-noise-pin"):
+        c.start_turn(Session("mine"), "hello", "t1", timeout=5, sink=Heard())
+    assert socket.closing is not None       # the close came after the refused send
+    socket.closing.join(5)
 
 
 def test_a_tampered_frame_ends_the_turns_as_lost_and_closes(tmp_path):
