@@ -35,8 +35,16 @@ def test_websocket_clients_frame_buffer_can_be_bounded():
         sock.frame_buffer.recv_length()
 
 
-def test_the_session_registry_has_its_lock():
-    assert compat._registry_lock() is not None
+def test_a_session_is_registered_under_its_id_under_the_registrys_lock():
+    """register_session takes ovos-bus-client's registry lock (1.x `__lock`, 2.x `_lock`): it
+    raises here when a pinned version has neither."""
+    from ovos_bus_client.session import Session, SessionManager
+    sess = Session("compat-registered")
+    try:
+        assert compat.register_session(sess) is sess
+        assert SessionManager.sessions["compat-registered"] is sess
+    finally:
+        SessionManager.sessions.pop("compat-registered", None)
 
 
 @pytest.mark.hub
