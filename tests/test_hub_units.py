@@ -1,8 +1,8 @@
 """Hub-side pure logic: satellite session namespacing/TTL and the keyed serial executor."""
 import threading
-import time
 
 import pytest
+from waiting import UNIT, wait_until
 
 from hivemind_chat_agent.core.satellites import SatelliteSessions, engine_session_id
 from hivemind_chat_agent.hub.secret import hub_secret
@@ -58,41 +58,58 @@ def test_a_connection_that_re_hellos_releases_every_session_on_disconnect():
 
 
 def test_executor_keeps_one_keys_jobs_in_order_and_runs_keys_in_parallel():
+    """Each key's first job waits at a barrier that only the three keys' first jobs running at
+    once can pass; a key's later jobs queue behind it and never overlap it."""
     ex = KeyedSerialExecutor(workers=4, max_pending=100)
-    log, lock = [], threading.Lock()
+    log, lock, all_done = [], threading.Lock(), threading.Event()
+    together = threading.Barrier(3)
+    running = {key: 0 for key in "abc"}
+    overlapped = []
 
     def job(key, i):
         def run():
-            time.sleep(0.05)
             with lock:
+                running[key] += 1
+                if running[key] > 1:
+                    overlapped.append((key, i))
+            if i == 0:
+                together.wait(timeout=5)   # BrokenBarrierError unless the keys run at once
+            with lock:
+                running[key] -= 1
                 log.append((key, i))
+                if len(log) == 12:
+                    all_done.set()
         return run
-    start = time.monotonic()
     for i in range(4):
         for key in "abc":
             ex.submit(key, job(key, i))
-    while len(log) < 12 and time.monotonic() - start < 5:
-        time.sleep(0.01)
-    assert time.monotonic() - start < 0.5           # 3 keys in parallel: ~4 x 0.05 s
+    assert all_done.wait(10), log
     ex.shutdown()
+    assert not together.broken and overlapped == []
     for key in "abc":
         assert [i for k, i in log if k == key] == [0, 1, 2, 3]
 
 
+def held(started, gate):
+    """A job that says it started, then holds its worker until `gate` is set."""
+    def run():
+        started.set()
+        gate.wait(10)
+    return run
+
+
 def test_executor_refuses_beyond_its_bound_and_survives_failing_jobs():
     ex = KeyedSerialExecutor(workers=1, max_pending=2)
-    gate = threading.Event()
-    ex.submit("a", gate.wait)                       # running
-    time.sleep(0.05)
+    gate, started = threading.Event(), threading.Event()
+    ex.submit("a", held(started, gate))
+    assert started.wait(5)                          # running, so not pending
     ex.submit("b", lambda: 1 / 0)                   # pending 1
     ex.submit("c", lambda: None)                    # pending 2
     with pytest.raises(QueueFull):
         ex.submit("d", lambda: None)
     gate.set()
     done = threading.Event()
-    deadline = time.monotonic() + 2
-    while ex.pending and time.monotonic() < deadline:
-        time.sleep(0.01)
+    assert wait_until(lambda: ex.pending == 0, 5)   # b failed, c ran: the places are free
     ex.submit("e", done.set)
     assert done.wait(2)
     ex.shutdown()
@@ -100,9 +117,9 @@ def test_executor_refuses_beyond_its_bound_and_survives_failing_jobs():
 
 def test_executor_caps_each_key_and_cancels_jobs_that_never_started():
     ex = KeyedSerialExecutor(workers=1, max_pending=10, max_pending_per_key=2)
-    gate = threading.Event()
-    ex.submit("a", gate.wait)                       # running, holds the only worker
-    time.sleep(0.05)
+    gate, started = threading.Event(), threading.Event()
+    ex.submit("a", held(started, gate))
+    assert started.wait(5)                          # running, holds the only worker
     queued = [lambda: None, lambda: None]
     for job in queued:
         ex.submit("a", job)
@@ -143,9 +160,7 @@ def test_one_client_with_many_sessions_cannot_starve_another():
     for i in range(6):
         ex.submit(f"b-{i}", b_done.release, group="B")   # never refused
     assert all(b_done.acquire(timeout=5) for _ in range(6)), "B waited behind A"
-    deadline = time.monotonic() + 5      # A's two workers may still be starting
-    while running["A"] < 2 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: running["A"] == 2, 5)       # A's two workers may still be starting
     with lock:
         assert running["most A at once"] == 2 and running["A"] == 2
     release_a.set()
@@ -155,18 +170,16 @@ def test_one_client_with_many_sessions_cannot_starve_another():
 
 def test_cancelling_a_ready_job_leaves_the_executor_consistent():
     ex = KeyedSerialExecutor(workers=1, max_pending=10, workers_per_group=1)
-    gate = threading.Event()
-    ex.submit("busy", gate.wait, group="g")
-    time.sleep(0.05)
+    gate, started, third_ran = threading.Event(), threading.Event(), threading.Event()
+    ex.submit("busy", held(started, gate), group="g")
+    assert started.wait(5)
     ran = []
     job = lambda: ran.append("x")
     ex.submit("other", job, group="g")
     assert ex.cancel("other", job)
-    ex.submit("third", lambda: ran.append("third"), group="g")
+    ex.submit("third", lambda: (ran.append("third"), third_ran.set()), group="g")
     gate.set()
-    deadline = time.monotonic() + 2
-    while not ran and time.monotonic() < deadline:
-        time.sleep(0.01)
+    assert third_ran.wait(5)                        # "other" would have run before it
     assert ran == ["third"]
     ex.shutdown()
 
@@ -219,10 +232,14 @@ def test_failed_writes_to_a_vanished_satellite_are_consumed():
     from hivemind_chat_agent.hub.dialect_v4 import write_frame
 
     class Handler:
+        def __init__(self):
+            self.writes = []
+
         def write_message(self, frame, binary):
             async def fail():
                 raise ConnectionResetError("socket closed")
-            return asyncio.ensure_future(fail())
+            self.writes.append(asyncio.ensure_future(fail()))
+            return self.writes[-1]
 
     handler = Handler()
 
@@ -243,7 +260,8 @@ def test_failed_writes_to_a_vanished_satellite_are_consumed():
     try:
         async def run():
             write_frame(Client(), "frame", False)
-            await asyncio.sleep(0.05)
+            await asyncio.wait(handler.writes)     # the write failed (its callbacks run next)
+            handler.writes.clear()                 # so that gc can report it if unconsumed
         loop.run_until_complete(run())
         gc.collect()
         loop.run_until_complete(asyncio.sleep(0))
@@ -268,7 +286,7 @@ def test_one_client_keeps_a_bounded_number_of_sessions_and_others_keep_theirs():
     assert book.peers == 2
     assert sorted(book.closed("conn-1")) == ["s10", "s7", "s9"]
     assert len(book) == 1 and book.expired(now=200) == ["other-1"] and len(book) == 0
-    assert book._of_client == {}
+    assert book.clients == 0                            # nothing kept of the flood
 
 
 def test_an_id_is_refused_past_256_bytes_of_utf8_and_quoted_briefly_whatever_its_length():
@@ -385,10 +403,9 @@ def test_a_turn_ended_on_a_worker_is_kept_only_after_the_io_loop_wrote_its_end(m
         worker = threading.Thread(target=turn.finish, args=(False,))
         worker.start()
         assert host.queued.wait(5)             # the end is queued; the loop has not run
-        worker.join(0.2)                       # (a worker without the hand-off ends here)
+        worker.join(UNIT)                      # (a worker without the hand-off ends here)
         assert worker.is_alive() and host.kept == []   # so nothing is written yet
-        while worker.is_alive():
-            loop.run_until_complete(asyncio.sleep(0.01))
+        loop.run_until_complete(loop.run_in_executor(None, worker.join, 10))   # loop runs
         assert host.kept == [("answered", ["ovos.utterance.handled"])]
     finally:
         loop.close()

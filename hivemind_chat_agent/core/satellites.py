@@ -120,4 +120,11 @@ class SatelliteSessions:
 
     @property
     def peers(self) -> int:
+        """How many connections' names are kept (one per connection)."""
         return len(self._conn_of_peer)
+
+    @property
+    def clients(self) -> int:
+        """How many clients (access keys) have sessions kept: each holds at most
+        `max_per_client`, and a client whose sessions are all gone costs nothing here."""
+        return len(self._of_client)
