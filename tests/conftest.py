@@ -1,6 +1,8 @@
 import logging
 import os
+import shutil
 import sys
+import tempfile
 
 import pytest
 
@@ -15,6 +17,31 @@ from hivemind_chat_agent import HiveMindChatAgent  # noqa: E402
 HUB_FIXTURES = {"generation", "hub", "creds", "own_hub", "chat_hub", "sat_a", "sat_b", "hub5",
                 "ovos", "ovos_creds", "stop_hub", "proxy", "served", "persona", "stable_ovos",
                 "current_ovos_hub", "wheel", "redis_server", "deployment"}
+
+
+_OWN_BASETEMP = []   # the temporary folder this run made for itself, if it made one
+
+
+def pytest_configure(config):
+    """Each run gets a temporary folder of its own. pytest's numbered folders
+    (/tmp/pytest-of-<user>/pytest-N) are shared by every run of the user, and a run that
+    starts deletes the older ones: the folders of a run still going (its copied venvs, its hubs'
+    homes) vanished under it when the quick loop ran beside the whole suite. A folder made for
+    this run is no other run's to delete. It goes when the run passes and stays when it fails,
+    with its path in the summary. `--basetemp` still chooses one."""
+    if config.option.basetemp is None:
+        config.option.basetemp = tempfile.mkdtemp(prefix="hivemind-chat-tests-")
+        _OWN_BASETEMP.append(config.option.basetemp)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if _OWN_BASETEMP and exitstatus in (0, 5):   # passed, or nothing collected
+        shutil.rmtree(_OWN_BASETEMP.pop(), ignore_errors=True)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus):
+    if _OWN_BASETEMP and exitstatus not in (0, 5):
+        terminalreporter.write_line(f"this run's temporary files: {_OWN_BASETEMP[0]}")
 
 
 def pytest_collection_modifyitems(items):
