@@ -20,6 +20,7 @@ import time
 import pytest
 from home_assistant import turn
 from hubs import HubProcess, free_port, plugin_config
+from waiting import UNIT, hold_still, wait_until
 from wyoming.asr import Transcript
 from wyoming.event import async_read_event, async_write_event
 from wyoming.handle import Handled, NotHandled
@@ -104,13 +105,11 @@ def logged():
         logger.setLevel(level)
 
 
-def settled(gate, within=2.0):
+def settled(gate, within=10.0):
     """Whether every connection and turn place of `gate` is given back within `within` s (the
-    server releases a connection just after the client has read its answer)."""
-    deadline = time.monotonic() + within
-    while (gate.open_by_peer or gate.turns_by_peer) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return not gate.open_by_peer and not gate.turns_by_peer
+    server releases a connection just after the client has read its answer); an upper bound
+    that only a failing test reaches."""
+    return wait_until(lambda: not gate.open_by_peer and not gate.turns_by_peer, within)
 
 
 def dead_hub_agent(make_agent):
@@ -217,7 +216,10 @@ def test_a_peer_not_allowed_is_closed_at_accept_and_an_allowed_one_answered(
     # a flood of refused peers is one log line, not one per connection
     for _ in range(200):
         connect_from("127.0.0.3", server.port).close()
-    time.sleep(0.3)
+    # every one of them refused (counted, then logged or left out, in one step), then a UNIT
+    # for a second log line that must not come
+    assert wait_until(lambda: server.guard.gate.refused["not allowed"] >= 202, 10)
+    hold_still()
     refusals = [r for r in logged if "at accept" in r.getMessage()]
     assert len(refusals) == 1 and "127.0.0.3" in refusals[0].getMessage()
     assert "--allow-from 127.0.0.2/32" in refusals[0].getMessage()
@@ -251,18 +253,12 @@ def test_the_command_line_takes_the_allow_list_and_the_deadlines(creds):
                              "--password", creds.password, "--no-store"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                connect_from("127.0.0.2", port, 0.2).close()
-                break
-            except OSError:
-                time.sleep(0.1)
+        wait_serving(port, proc, source="127.0.0.2")          # an allowed peer: no refusal
         assert asyncio.run(ask(port, "hello", source="127.0.0.3")) is None
         for source in ("127.0.0.2", "127.0.0.5"):
             assert asyncio.run(ask(port, "hello", source=source)).text == "hello there"
-        idle = connect_from("127.0.0.2", port)
-        assert 0.8 < (seconds_until_closed(idle, 5) or 99) < 2.0
+        idle = connect_from("127.0.0.2", port)                 # --idle-timeout 1
+        assert 1 - UNIT < (seconds_until_closed(idle, 5) or 99) < 1 + 4 * UNIT
         idle.close()
     finally:
         proc.terminate()
@@ -285,26 +281,32 @@ def test_connection_caps_hold_and_idle_connections_do_not_starve_a_real_request(
     flood = [connect_from(f"127.0.1.{i}", port) for i in range(1, 201)]
     closed = sum(seconds_until_closed(s, 0.5) is not None for s in flood)
     assert closed >= 200 - 8 and gate.open <= 12
-    # another peer's request once the flood is gone: answered, while the 4 hogs stay idle
+    # another peer's request once the flood is gone (its places given back): answered while
+    # the 4 hogs stay idle and held, long before their idle deadline (30 s) could free one
     for s in flood:
         s.close()
-    time.sleep(0.2)
-    start = time.monotonic()
-    answer = asyncio.run(ask(port, "hello", source="127.0.0.9"))
-    assert isinstance(answer, Handled) and time.monotonic() - start < 2
+    assert wait_until(lambda: gate.open == len(hogs), 10), gate.open
+    answer = asyncio.run(ask(port, "hello", source="127.0.0.9", within=10))
+    assert isinstance(answer, Handled) and answer.text == "hello there", answer
+    assert gate.open_by_peer["127.0.0.2"] == len(hogs)
+    assert all(seconds_until_closed(s, 0.01) is None for s in hogs)
     for s in hogs + [over]:
         s.close()
 
 
 def wait_serving(port, proc, source="127.0.0.1", within=30.0):
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline and proc.poll() is None:
+    """Until the command `proc` accepts connections from `source` on `port`; RuntimeError if
+    it exits first or does not listen within `within` s."""
+    def state():
+        if proc.poll() is not None:
+            return "exited"
         try:
             connect_from(source, port, 0.2).close()
-            return
         except OSError:
-            time.sleep(0.1)
-    raise RuntimeError(f"hivemind-chat wyoming did not listen (exit {proc.poll()})")
+            return None
+        return "up"
+    if wait_until(state, within, poll=0.1) != "up":
+        raise RuntimeError(f"hivemind-chat wyoming did not listen (exit {proc.poll()})")
 
 
 def limit_descriptors(count):
@@ -343,12 +345,12 @@ def test_one_peers_idle_connections_never_starve_anothers_request(creds, tmp_pat
                 failed += 1
                 if failed > 5:
                     break
-        start = time.monotonic()
+        # answered (within=5 s bounds each read) while the peer's 32 places stay held: the
+        # request never waited for one of them to reach its idle deadline (30 s)
         answer = asyncio.run(ask(port, "hello", source="127.0.0.3", within=5))
         assert isinstance(answer, Handled) and answer.text == "hello there", answer
-        assert time.monotonic() - start < 2
         held = sum(seconds_until_closed(s, 0.01) is None for s in idle)
-        assert held <= 32, held                   # the rest were closed at accept
+        assert 0 < held <= 32, held               # the rest were closed at accept
     finally:
         for s in idle:
             s.close()
@@ -360,26 +362,43 @@ def test_one_peers_idle_connections_never_starve_anothers_request(creds, tmp_pat
 
 
 # ---- deadlines ----
+def trickled_until_closed(s, data, every):
+    """Seconds until the server closed `s` while it is sent `data` a byte at a time, one every
+    `every` s (each pause ends as soon as the server closes); None if all of it went in."""
+    start = time.monotonic()
+    for byte in data:
+        try:
+            s.sendall(bytes([byte]))
+        except OSError:
+            return time.monotonic() - start
+        if seconds_until_closed(s, every) is not None:
+            return time.monotonic() - start
+    return None
+
+
 def test_idle_and_slow_connections_are_closed_within_their_deadlines(make_agent, servers):
-    server = servers(dead_hub_agent(make_agent), deadlines=Deadlines(idle=1.5, read=0.5))
+    idle_deadline, read_deadline = 1.5, 0.5
+    server = servers(dead_hub_agent(make_agent),
+                     deadlines=Deadlines(idle=idle_deadline, read=read_deadline))
     port = server.port
+
+    def at_deadline(took, deadline):       # not before it, and not long after
+        return took is not None and deadline - UNIT < took < deadline + 3 * UNIT
     idle = connect_from("127.0.0.1", port)
-    assert 1.3 < (seconds_until_closed(idle, 5) or 99) < 2.5     # nothing sent
+    took = seconds_until_closed(idle, 5)                    # nothing sent
+    assert at_deadline(took, idle_deadline), took
     slow = connect_from("127.0.0.1", port)
     slow.sendall(b'{"type": "trans')                        # a header begun, never ended
-    assert 0.3 < (seconds_until_closed(slow, 5) or 99) < 1.2
-    trickle = connect_from("127.0.0.1", port)               # a byte every 0.1 s
-    start = time.monotonic()
-    for byte in b'{"type": "transcript", "data": {"text": "hello"}}' * 10:
-        try:
-            trickle.sendall(bytes([byte]))
-        except OSError:
-            break
-        time.sleep(0.1)
-    assert time.monotonic() - start < 1.5
+    took = seconds_until_closed(slow, 5)
+    assert at_deadline(took, read_deadline), took
+    trickle = connect_from("127.0.0.1", port)               # a byte every 0.1 s: 50 s of it
+    took = trickled_until_closed(
+        trickle, b'{"type": "transcript", "data": {"text": "hello"}}' * 10, 0.1)
+    assert took is not None and took < read_deadline + 3 * UNIT, took
     block = connect_from("127.0.0.1", port)                 # a data block that never comes
     block.sendall(b'{"type": "transcript", "data_length": 100}\n{"text"')
-    assert 0.3 < (seconds_until_closed(block, 5) or 99) < 1.2
+    took = seconds_until_closed(block, 5)
+    assert at_deadline(took, read_deadline), took
     # a complete event resets nothing but answers; the server is still serving
     assert asyncio.run(describe_from(port, "127.0.0.1")).handle
     for s in (idle, slow, trickle, block):
@@ -407,7 +426,10 @@ def test_nested_malformed_and_truncated_input_is_one_log_line_never_a_traceback(
         s.shutdown(socket.SHUT_WR)
         assert seconds_until_closed(s, 3) is not None
         s.close()
-    time.sleep(0.2)
+    # every handler ended (its place given back, its line logged), then a UNIT for an
+    # exception that escaped one to reach asyncio's log
+    assert settled(server.guard.gate)
+    hold_still()
     assert not [r for r in logged if r.exc_info or "Traceback" in r.getMessage()]
     lines = [r.getMessage() for r in logged if "closed a connection" in r.getMessage()]
     assert lines and all("\n" not in line and len(line) < 200 for line in lines), lines
@@ -444,7 +466,11 @@ def engine_stops(agent):
 def test_forty_callers_that_hang_up_mid_turn_do_not_keep_the_hub_busy(talk_hub, make_agent,
                                                                       servers):
     # on 4.0 (a connection and a handshake per session) the connects the abandoned turns had
-    # begun are dropped or aborted (client/abandonment.py): they held the next caller 2-4 s
+    # begun are dropped or aborted (client/abandonment.py): finished, they held the next
+    # caller 2-4 s. Counted, not timed: with them aborted the next caller still waits about
+    # 1.3 s on a quiet machine (the hub ends the handshakes begun), too near to tell apart
+    # by the clock on a loaded one; the pool holding a connection per abandoned conversation
+    # (23 against 2) is the same on any machine
     served = make_agent(talk_hub.add_client().agent_config(timeout=30))
     probe = make_agent(talk_hub.add_client().agent_config(timeout=10))
     stops_before = engine_stops(probe).count("stop_session")
@@ -464,14 +490,14 @@ def test_forty_callers_that_hang_up_mid_turn_do_not_keep_the_hub_busy(talk_hub, 
     async def forty():
         await asyncio.gather(*(hang_up(k) for k in range(40)))
     asyncio.run(forty())
-    hung_up = time.monotonic()
     # every place here given back (in about 25 ms: until then the 33rd connection of this
-    # peer would still be over its cap), then the next caller, answered at once
+    # peer would still be over its cap), then the next caller, answered
     assert settled(server.guard.gate)
     answer = turn(server.port, "hello", conversation_id="the-next-caller")
-    took = time.monotonic() - hung_up
     assert isinstance(answer, Handled) and answer.text == "hello there", answer
-    assert took < 2, took
+    # no abandoned conversation got a connection of its own: the pool holds the warm one's
+    # and the next caller's (4.0), or the one it shares (5.x)
+    assert len(served.pool) <= 2, len(served.pool)
     # no abandoned answer goes on: on 5.x each was sent and the hub told to stop it; on 4.0
     # most were never sent (their connects dropped), and any that was, was stopped
     assert probe.get_response("talking", session_id="probe") == "0"
@@ -483,9 +509,14 @@ def test_turns_in_flight_are_capped_per_peer_and_others_go_on(talk_hub, make_age
     server = servers(make_agent(talk_hub.add_client().agent_config(timeout=30)),
                      allow=["127.0.0.0/8"], caps=Caps(turns_per_peer=1), turn_wait=1.0)
 
+    async def turn_begun(peer):
+        """Until `peer` has a turn in flight (the event loop goes on sending it meanwhile)."""
+        return await asyncio.to_thread(
+            wait_until, lambda: server.guard.gate.turns_by_peer[peer] >= 1, 10)
+
     async def main():
         long = asyncio.ensure_future(ask(server.port, "talk 5 0.5", "127.0.0.2", "long"))
-        await asyncio.sleep(0.4)
+        assert await turn_begun("127.0.0.2")           # the long turn holds the one place
         start = time.monotonic()
         second = await ask(server.port, "hello", "127.0.0.2", "second")
         waited = time.monotonic() - start
@@ -494,12 +525,12 @@ def test_turns_in_flight_are_capped_per_peer_and_others_go_on(talk_hub, make_age
     long, second, waited, other = asyncio.run(main())
     assert isinstance(long, Handled) and long.text.count("talk sentence") == 5
     assert isinstance(second, NotHandled) and second.text == SPOKEN["busy"]
-    assert 0.9 < waited < 2
+    assert 1.0 - UNIT < waited < 1.0 + 3 * UNIT, waited     # turn_wait, then busy
     assert isinstance(other, Handled) and other.text == "hello there"     # its own places
 
     async def queued():                 # a short turn's place comes in time: it waits
         short = asyncio.ensure_future(ask(server.port, "talk 2 0.2", "127.0.0.2", "short"))
-        await asyncio.sleep(0.1)
+        assert await turn_begun("127.0.0.2")
         return await ask(server.port, "hello", "127.0.0.2", "after"), await short
     after, short = asyncio.run(queued())
     assert after.text == "hello there" and short.text.count("talk sentence") == 2
