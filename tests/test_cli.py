@@ -4,10 +4,10 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 
 import pexpect
 import pytest
+from waiting import hold_still, wait_until
 
 CLI = os.path.join(os.path.dirname(sys.executable), "hivemind-chat")
 # the CLI keeps conversations under $XDG_STATE_HOME: never the real one of whoever runs the tests
@@ -24,6 +24,20 @@ def hub_args(creds, host="127.0.0.1"):
 def spawn(*args, env=None):
     return pexpect.spawn(CLI, list(args), encoding="utf-8", timeout=60,
                          dimensions=(40, 160), env=env or dict(CLI_ENV))
+
+
+def waits_for_a_key(pid):
+    """Whether process `pid`'s main thread sleeps in select() or poll(), where readline waits
+    for a key (/proc/PID/wchan; where the kernel does not say, after a few UNITs)."""
+    try:
+        with open(f"/proc/{pid}/wchan") as f:
+            wchan = f.read()
+    except OSError:
+        wchan = ""
+    if not wchan or wchan == "0":
+        hold_still(2)
+        return True
+    return "poll" in wchan or "select" in wchan
 
 
 def finish(child):
@@ -73,8 +87,9 @@ def test_ctrl_c_at_the_prompt_leaves_cleanly():
     # CPython's readline notices a signal only while it sits in select(): one arriving in the
     # microseconds between writing the prompt and that call is seen at the next key. A person
     # never hits that window; a test sending ^C the instant the prompt appears, while the demo
-    # hub still finishes the interactive chat's connection, sometimes did.
-    time.sleep(0.5)
+    # hub still finishes the interactive chat's connection, sometimes did. So: ^C once the
+    # CLI's main thread waits for a key there.
+    assert wait_until(lambda: waits_for_a_key(child.pid), 30), "readline never waited"
     child.sendintr()
     assert finish(child) == 0
 

@@ -450,11 +450,14 @@ def test_nested_malformed_and_truncated_input_is_one_log_line_never_a_traceback(
 
 
 # ---- hang-ups and turns in flight ----
+HUB_TIMEOUT = 30     # seconds the talk hub lets an engine answer
+
+
 @pytest.fixture(scope="module")
 def talk_hub(generation):
     """Our plugin with tests/engines.py: "talk N SECONDS" talks for long and stops when told
     (the plugin's defaults: 4 engine calls and 16 waiting turns per client)."""
-    hub = HubProcess(plugin_config(timeout=30), generation=generation).start()
+    hub = HubProcess(plugin_config(timeout=HUB_TIMEOUT), generation=generation).start()
     yield hub
     hub.cleanup()
 
@@ -493,8 +496,11 @@ def test_forty_callers_that_hang_up_mid_turn_do_not_keep_the_hub_busy(talk_hub, 
     # every place here given back (in about 25 ms: until then the 33rd connection of this
     # peer would still be over its cap), then the next caller, answered
     assert settled(server.guard.gate)
+    started = time.monotonic()
     answer = turn(server.port, "hello", conversation_id="the-next-caller")
     assert isinstance(answer, Handled) and answer.text == "hello there", answer
+    # before the hub's timeout could have freed its engine calls from abandoned turns
+    assert time.monotonic() - started < HUB_TIMEOUT / 3
     # no abandoned conversation got a connection of its own: the pool holds the warm one's
     # and the next caller's (4.0), or the one it shares (5.x)
     assert len(served.pool) <= 2, len(served.pool)
