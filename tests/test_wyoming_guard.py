@@ -206,7 +206,7 @@ def test_a_peer_not_allowed_is_closed_at_accept_and_an_allowed_one_answered(
     server = servers(make_agent(creds.agent_config(timeout=5)), allow=["127.0.0.2"])
     # closed before it sends anything: nothing of it is read
     s = connect_from("127.0.0.3", server.port)
-    assert seconds_until_closed(s, 1.0) is not None
+    assert seconds_until_closed(s, 10) is not None
     s.close()
     # and a transcript from it is never answered
     assert asyncio.run(ask(server.port, "hello", source="127.0.0.3")) is None
@@ -230,7 +230,7 @@ def test_ipv6_peers_are_checked_against_ipv6_networks(make_agent, servers):
     agent = dead_hub_agent(make_agent)
     elsewhere = servers(agent, allow=["fd00::/8", "127.0.0.1"], host="::1")
     s = socket.create_connection(("::1", elsewhere.port), timeout=5)
-    assert seconds_until_closed(s, 1.0) is not None
+    assert seconds_until_closed(s, 10) is not None
     s.close()
     listed = servers(agent, allow=["::1/128"], host="::1")
 
@@ -275,7 +275,7 @@ def test_connection_caps_hold_and_idle_connections_do_not_starve_a_real_request(
     port, gate = server.port, server.guard.gate
     hogs = [connect_from("127.0.0.2", port) for _ in range(4)]
     over = connect_from("127.0.0.2", port)                  # the 5th from one peer
-    assert seconds_until_closed(over, 1.0) is not None
+    assert seconds_until_closed(over, 10) is not None
     assert all(seconds_until_closed(s, 0.05) is None for s in hogs)   # those 4 stay
     # a flood from many addresses: 12 held in total, the rest closed at once
     flood = [connect_from(f"127.0.1.{i}", port) for i in range(1, 201)]
