@@ -477,7 +477,7 @@ def test_forty_callers_that_hang_up_mid_turn_do_not_keep_the_hub_busy(talk_hub, 
     # caller 2-4 s. Counted, not timed: with them aborted the next caller still waits about
     # 1.3 s on a quiet machine (the hub ends the handshakes begun), too near to tell apart
     # by the clock on a loaded one; the pool holding a connection per abandoned conversation
-    # (23 against 2) is the same on any machine
+    # (23 against 2 or 3) is the same on any machine
     served = make_agent(talk_hub.add_client().agent_config(timeout=30))
     probe = make_agent(talk_hub.add_client().agent_config(timeout=10))
     stops_before = engine_stops(probe).count("stop_session")
@@ -505,9 +505,10 @@ def test_forty_callers_that_hang_up_mid_turn_do_not_keep_the_hub_busy(talk_hub, 
     assert isinstance(answer, Handled) and answer.text == "hello there", answer
     # before the hub's timeout could have freed its engine calls from abandoned turns
     assert time.monotonic() - started < HUB_TIMEOUT / 3
-    # no abandoned conversation got a connection of its own: the pool holds the warm one's
-    # and the next caller's (4.0), or the one it shares (5.x)
-    assert len(served.pool) <= 2, len(served.pool)
+    # the abandoned conversations did not get a connection each (about 20, the turns
+    # admitted): the pool holds the warm one's and the next caller's, and a connect or two
+    # that ended just before its caller hung up (4.0), or the few it shares (5.x: up to 4)
+    assert len(served.pool) < 10, len(served.pool)
     # no abandoned answer goes on: on 5.x each was sent and the hub told to stop it; on 4.0
     # most were never sent (their connects dropped), and any that was, was stopped
     assert probe.get_response("talking", session_id="probe") == "0"
