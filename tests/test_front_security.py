@@ -13,7 +13,7 @@ import openai
 import pytest
 from fronts import Server, running, say, until
 from hubs import HubProcess, free_port, plugin_config, wait_listening
-from waiting import UNIT
+from waiting import UNIT, wait_until
 
 from hivemind_chat_agent.bridges.http_front import Limits
 
@@ -312,7 +312,10 @@ def test_abandoned_requests_stop_their_turns_and_free_the_hub(talking_hub, make_
         # connect that ended just before its caller hung up; 5.x shares up to 4)
         assert len(agent.pool) < 10, len(agent.pool)
         probe = make_agent(talking_hub.add_client().agent_config(timeout=10))
-        assert probe.get_response("talking", session_id="probe") == "0"   # none goes on
+        # none goes on: each is stopped (a stop reaches its engine a moment after the hang-up),
+        # long before the hub's timeout would end it
+        assert wait_until(lambda: probe.get_response("talking", session_id="probe") == "0",
+                          HUB_TIMEOUT / 3, poll=0.1)
         # the probe's own place is given back just after its answer
         until(lambda: len(server.guard.in_flight) == 0, 1, "the next caller's place back")
     finally:
