@@ -49,7 +49,10 @@ PERSONA = textwrap.dedent("""
 
 
 def run(cmd, cwd, timeout=600, **kw):
-    """Run outside the checkout, so `import hivemind_chat_agent` finds the installed copy."""
+    """Run outside the checkout and without the caller's PYTHONPATH, so `import
+    hivemind_chat_agent` finds the installed copy (a checkout on PYTHONPATH, with the
+    egg-info the wheel's build leaves there, would make pip skip the wheel as installed)."""
+    kw.setdefault("env", {k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, **kw)
 
 
