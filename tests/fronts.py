@@ -90,6 +90,19 @@ def hub_options(creds):
             "--password", creds.password, "--timeout", "5", "--no-store"]
 
 
+def exited_cleanly(proc: subprocess.Popen, timeout: float = 30) -> None:
+    """A front told to stop exits 0 within `timeout` and wrote no traceback."""
+    assert proc.wait(timeout) == 0
+    assert "Traceback" not in proc.stderr.read()
+
+
+def reap(proc: subprocess.Popen) -> None:
+    """A front the test left running is killed; either way it is waited for (no zombie)."""
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+
+
 def front_command(*argv, **popen) -> subprocess.Popen:
     """`hivemind-chat ARGV...` as a process of its own (stdout and stderr to a pipe each)."""
     return subprocess.Popen([CLI, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+from fronts import exited_cleanly, reap
 from hubs import free_port, wait_listening
 from mcp import Client, StdioServerParameters
 
@@ -117,10 +118,7 @@ def test_over_stdio_a_stop_signal_ends_it_though_the_client_keeps_stdin_open(cre
             proc.stdin.flush()
             assert json.loads(proc.stdout.readline())["id"] == 1     # it serves
             proc.send_signal(stop)
-            assert proc.wait(30) == 0
-            assert "Traceback" not in proc.stderr.read()
+            exited_cleanly(proc)
         finally:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
+            reap(proc)
             proc.stdin.close()
