@@ -124,7 +124,10 @@ async def off_loop(work: Callable[[Callable[[Any, Optional[BaseException]], None
     driver does). ElasticWorkers, not a
     bounded executor: one caller waiting for a busy session must never hold up another's
     turn. If the awaiting task is cancelled (or its loop closed) before the result comes,
-    `abandon(result)` disposes of it, so nothing is left running unowned."""
+    `abandon(result)` disposes of it, so nothing is left running unowned: also when the
+    cancellation comes after the result was set but before the task resumed (asyncio then
+    throws CancelledError into the task and the result would be dropped: a turn already sent,
+    never stopped, talked on at the hub after its caller hung up)."""
     loop = asyncio.get_running_loop()
     future = loop.create_future()
 
@@ -152,7 +155,14 @@ async def off_loop(work: Callable[[Callable[[Any, Optional[BaseException]], None
             settle(None, e)
 
     _async_workers.submit(run, on_error=lambda e: settle(None, e))
-    return await future
+    try:
+        return await future
+    except asyncio.CancelledError:
+        if future.done() and not future.cancelled() and future.exception() is None:
+            result = future.result()
+            if result is not None and abandon is not None:
+                abandon(result)
+        raise
 
 
 class SystemClock:

@@ -192,3 +192,24 @@ def test_off_loop_hands_the_awaiting_task_what_the_work_raised_before_settling()
         return await off_loop(work)
     with pytest.raises(ValueError, match="broken before settling"):
         asyncio.run(asyncio.wait_for(main(), 5))
+
+
+def test_off_loop_abandons_a_result_that_came_just_before_the_task_was_cancelled():
+    # the Wyoming front's hang-up, cancelling its task the moment the sent turn was handed
+    # over: the result is set, the task is cancelled before it resumes (apply, cancel, then
+    # the task's wake-up, in the loop's FIFO order), and the turn must still be stopped
+    from hivemind_chat_agent.background import off_loop
+    abandoned = []
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        task = None
+
+        def work(settle):
+            settle("the sent turn", None)
+            loop.call_soon_threadsafe(task.cancel)
+        task = asyncio.ensure_future(off_loop(work, abandon=abandoned.append))
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    asyncio.run(asyncio.wait_for(main(), 5))
+    assert abandoned == ["the sent turn"]
