@@ -1,0 +1,147 @@
+"""keep_acks_quick() on real loopback sockets, against a tornado websocket server that behaves
+as ovos-messagebus does (Nagle back on after the upgrade, every message echoed to every client).
+
+What is checked is the kernel's own count of the ACKs a client sent without data
+(TCP_INFO: segs_out - data_segs_out) right after it read each echo: an echo acknowledged at
+once releases the bus's next frame at once; an echo whose ACK waits for the delayed-ACK timer
+holds it (issue 31; the timings are benchmarks/bench_ovos_bus.py's). No clock is read.
+"""
+import asyncio
+import socket
+import struct
+import threading
+
+import pytest
+import websocket
+from waiting import wait_until
+
+from hivemind_chat_agent.hub.bus_socket import keep_acks_quick
+
+pytestmark = pytest.mark.skipif(not hasattr(socket, "TCP_QUICKACK")
+                                or not hasattr(socket, "TCP_INFO"),
+                                reason="TCP_QUICKACK and TCP_INFO are Linux's")
+
+TURNS = 40
+
+
+@pytest.fixture
+def bus_port():
+    """A tornado websocket server on 127.0.0.1 relaying every message to every client, the
+    sender included, as ovos_messagebus.event_handler does."""
+    from tornado.httpserver import HTTPServer
+    from tornado.ioloop import IOLoop
+    from tornado.netutil import bind_sockets
+    from tornado.web import Application
+    from tornado.websocket import WebSocketHandler
+
+    clients = []
+
+    class Bus(WebSocketHandler):
+        def open(self):
+            clients.append(self)
+
+        def on_message(self, message):
+            for client in clients:
+                client.write_message(message)
+
+        def on_close(self):
+            clients.remove(self)
+    sockets = bind_sockets(0, "127.0.0.1")
+    loops = []
+
+    def serve():
+        asyncio.set_event_loop(asyncio.new_event_loop())
+        HTTPServer(Application([("/core", Bus)])).add_sockets(sockets)
+        loops.append(IOLoop.current())
+        IOLoop.current().start()
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    assert wait_until(lambda: loops, 10), "the bus did not start"
+    yield sockets[0].getsockname()[1]
+    loops[0].add_callback(loops[0].stop)
+    thread.join(10)
+
+
+def pure_acks_sent(sock) -> int:
+    """Segments this socket sent without data (ACKs), as the kernel counts them."""
+    info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 160)
+    segs_out, = struct.unpack_from("I", info, 136)        # tcpi_segs_out
+    data_segs_out, = struct.unpack_from("I", info, 156)   # tcpi_data_segs_out
+    return segs_out - data_segs_out
+
+
+def echoes_acked_at_once(ws) -> int:
+    """How many of TURNS echoes of our own small messages `ws` acknowledged before it
+    returned them, sending each right after the previous echo (as a busy bus client does)."""
+    at_once = 0
+    for k in range(TURNS):
+        before = pure_acks_sent(ws.sock)
+        ws.send(f'{{"type": "recognizer_loop:utterance", "data": {{"k": {k}}}}}')
+        assert f'"k": {k}' in ws.recv()
+        at_once += pure_acks_sent(ws.sock) > before
+    return at_once
+
+
+def test_each_echo_is_acknowledged_as_it_is_read(bus_port):
+    url = f"ws://127.0.0.1:{bus_port}/core"
+    plain = websocket.create_connection(url, timeout=10)
+    try:
+        # what the stall is made of: the kernel delays these ACKs (all but the few whose
+        # timer fired while this thread was descheduled for 40 ms or more)
+        assert echoes_acked_at_once(plain) < TURNS
+    finally:
+        plain.close()
+    quick = websocket.create_connection(url, timeout=10)    # alone on the bus, as plain was
+    try:
+        assert keep_acks_quick(quick) is True
+        assert echoes_acked_at_once(quick) == TURNS
+        assert quick.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK) == 1
+        assert quick.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
+        assert keep_acks_quick(quick) is True                # again: nothing changes
+        assert echoes_acked_at_once(quick) == TURNS
+    finally:
+        quick.close()
+    assert quick.sock is None                                # websocket-client closed it
+
+
+def test_a_message_bus_client_keeps_its_acks_quick_from_on_open(bus_port):
+    """The recipe of keep_acks_quick's docstring, with ovos-bus-client's MessageBusClient:
+    applied in on_open, its reads (WebSocketApp's loop) go through the new socket."""
+    from ovos_bus_client import MessageBusClient
+    from ovos_bus_client.message import Message
+
+    class QuickBus(MessageBusClient):
+        def on_open(self, *args):
+            applied.append(keep_acks_quick(self.client.sock))
+            super().on_open(*args)
+    applied, echoes = [], []
+    bus = QuickBus(host="127.0.0.1", port=bus_port, route="/core")
+    bus.on("bench.tick", lambda message: echoes.append(message.data["k"]))
+    bus.run_in_thread()
+    try:
+        assert bus.connected_event.wait(10), "no connection to the bus"
+        assert applied == [True]
+        at_once = 0
+        for k in range(TURNS):
+            before = pure_acks_sent(bus.client.sock.sock)
+            bus.emit(Message("bench.tick", {"k": k}))
+            assert wait_until(lambda k=k: k in echoes, 10), f"echo {k} never came"
+            at_once += pure_acks_sent(bus.client.sock.sock) > before
+        assert at_once == TURNS
+    finally:
+        bus.close()
+
+
+def test_what_it_cannot_take_is_left_alone():
+    class Holder:
+        sock = None
+    assert keep_acks_quick(Holder()) is False
+    left, right = socket.socketpair()        # AF_UNIX: no TCP to acknowledge
+    try:
+        holder = Holder()
+        holder.sock = left
+        assert keep_acks_quick(holder) is False
+        assert holder.sock is left and left.fileno() >= 0
+    finally:
+        left.close()
+        right.close()
