@@ -96,6 +96,26 @@ def test_changed_files_make_another_key_and_are_learned(tmp_path, sources):
     assert aiml_brain.read(aiml_brain.brain_path(cache, new_key), new_key) is not None
 
 
+def test_only_the_most_recently_used_brains_are_kept(tmp_path, sources):
+    # brains of keys no install uses any more (12 MB each) are deleted at the next write; the
+    # most recently used stay, so installs sharing the folder do not learn in turn
+    cache = str(tmp_path / "cache")
+    brain = aiml_brain.Brain(1, "Nameless", {"HELLO": {1: ["template", {}, "hi"]}})
+    for n in range(aiml_brain.KEPT_BRAINS):
+        key = f"{n}" * 64
+        path = aiml_brain.brain_path(cache, key)
+        aiml_brain.write(path, key, brain)
+        os.utime(path, (1000 + n, 1000 + n))        # written in this order, long ago
+    assert aiml_brain.read(aiml_brain.brain_path(cache, "0" * 64), "0" * 64) == brain  # used
+    demo_engine.learned_kernel(sources, cache)      # a new key: written, one too many
+    kept = brain_files(cache)
+    assert len(kept) == aiml_brain.KEPT_BRAINS
+    assert os.path.basename(aiml_brain.brain_path(cache, "1" * 64)) not in kept   # least used
+    assert os.path.basename(aiml_brain.brain_path(cache, "0" * 64)) in kept       # read lately
+    key = aiml_brain.brain_key(sources, demo_engine.new_kernel().version())
+    assert os.path.basename(aiml_brain.brain_path(cache, key)) in kept            # the new one
+
+
 def test_the_key_names_aiml_and_python_versions(sources, monkeypatch):
     key = aiml_brain.brain_key(sources, "python-aiml 0.9.2")
     assert aiml_brain.brain_key(sources, "python-aiml 0.9.3") != key

@@ -15,6 +15,12 @@ writes it again. Writes go to a temporary file in the same folder, flushed to di
 renamed over the old name, so a process starting at the same time reads the whole old brain,
 the whole new one or none, never half of one.
 
+Brains of other keys (an upgraded aiml or Python, changed files) are 12 MB each and would pile
+up: a brain read is marked used (its file's modification time), and each write keeps the
+KEPT_BRAINS most recently used and deletes the rest. More than one is kept because several
+installs may share the folder (the quick start on two Pythons has a key each): keeping only
+the newest would make them learn in turn at every start.
+
 aiml 0.9.2's PatternMgr (the kernel's `_brain`) keeps its whole state in three fields, the ones
 its own `save`/`restore` write with marshal in this order. Its `restore` reads the file through
 `marshal.load`, object by object, no faster than learning; one `marshal.loads` of the bytes read
@@ -33,6 +39,7 @@ from typing import NamedTuple, Optional, Sequence
 from ovos_utils.log import LOG
 
 FORMAT = b"hivemind-chat-agent aiml brain 1\n"
+KEPT_BRAINS = 4     # brains of other keys beyond these, least recently used first, are deleted
 _DIGEST = hashlib.sha256().digest_size
 _FIELDS = ("_templateCount", "_botName", "_root")
 
@@ -149,6 +156,11 @@ def read(path: str, key: str) -> Optional[Brain]:
     brain = decode(data, key)
     if brain is None:
         LOG.warning(f"the demo's AIML brain cache {path} is damaged; learning it again")
+        return None
+    try:
+        os.utime(path)      # used now: the last brain `prune` deletes
+    except OSError:
+        pass
     return brain
 
 
@@ -169,6 +181,29 @@ def write(path: str, key: str, brain: Brain) -> None:
         except OSError:
             pass
         raise
+    prune(folder, keep=KEPT_BRAINS)
+
+
+def prune(folder: str, keep: int) -> None:
+    """Delete the brain files in `folder` beyond the `keep` most recently used (a file another
+    process deletes or replaces meanwhile is skipped; nothing here raises)."""
+    used = []
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        if name.startswith("aiml-brain-") and name.endswith(".bin"):
+            path = os.path.join(folder, name)
+            try:
+                used.append((os.stat(path).st_mtime, path))
+            except OSError:
+                continue
+    for _, path in sorted(used, reverse=True)[keep:]:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
 
 
 def fits(kernel) -> bool:
