@@ -79,7 +79,7 @@ setup(
             "hivemind-chat=hivemind_chat_agent.bridges.cli:main",
         ],
         "hivemind.agent.protocol": [
-            "hivemind-chat-agent-plugin=hivemind_chat_agent.hub.protocol:ChatAgentProtocol",
+            "hivemind-chat-agent-plugin=hivemind_chat_agent.hub.plugin:agent_protocol",
         ],
     },
     classifiers=["Programming Language :: Python :: 3",    # license: the SPDX field above

@@ -20,7 +20,8 @@ _ERRORS = ("HiveMindChatError", "ConfigurationError", "MissingExtraError",
            "HubUnreachableError", "AuthenticationError", "AccessKeyRejectedError",
            "WrongPasswordError", "HandshakeTimeoutError", "ConnectionLostError",
            "TurnTimeoutError", "AgentClosedError", "ReplyTooLargeError", "HubBusyError",
-           "HubEngineError", "UnsupportedHubError", "ClientKeyRefusedError",
+           "HubEngineError", "HubBackendUnavailableError", "UnsupportedHubError",
+           "ClientKeyRefusedError",
            "HubKeyChangedError", "HubCertificateError", "HubCertificateChangedError",
            "PolicyDeniedError", "IdentifierTooLongError")
 _EXPORTS.update((name, "hivemind_chat_agent.errors") for name in _ERRORS)

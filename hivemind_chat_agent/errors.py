@@ -69,6 +69,11 @@ class HubEngineError(HiveMindChatError):
     """The hub's chat engine failed or went silent on this turn."""
 
 
+class HubBackendUnavailableError(HubEngineError):
+    """The hub (our plugin in OVOS mode) could not reach its local OVOS messagebus, so the
+    utterance was not handled; it reconnects by itself: try again in a moment."""
+
+
 class UnsupportedHubError(HiveMindChatError):
     """The hub speaks a HiveMind protocol version or handshake this install does not."""
 

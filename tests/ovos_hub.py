@@ -16,7 +16,13 @@ The venvs are built once and cached under ~/.cache (tests/hub_venvs.py, keyed by
 requirements file's hash); `python tests/hub_venvs.py` builds them ahead of the tests (.ci/run
 does) and prints their paths.
 
-    python tests/ovos_hub.py --run [4.0|5]   starts a hub and prints how to reach it (Ctrl-C stops)
+`OVOSHub(generation, agent="ovos-mode")` runs hivemind-core with this checkout's plugin in OVOS
+mode instead of the stock plugin (`"mode": "ovos"`, its `"bus"` the hub's messagebus): only the
+hivemind-core process gets hub_venvs.package_path() (our source and entry points) on its
+PYTHONPATH; everything else our plugin imports in that mode is already in the hub venvs.
+
+    python tests/ovos_hub.py --run [4.0|5] [ovos-mode]   starts a hub and prints how to reach it
+                                                         (Ctrl-C stops)
 """
 import json
 import os
@@ -34,6 +40,7 @@ import hub_venvs  # noqa: E402
 from waiting import wait_until  # noqa: E402
 
 GENERATIONS = ("4.0", "5")
+AGENTS = ("stock", "ovos-mode")   # hivemind-ovos-agent-plugin, or ours with "mode": "ovos"
 # short on purpose: an abandoned question ends after two windows (ask, re-ask) instead of 40 s
 RESPONSE_WINDOW = 6
 # installed in the hub venvs with the rest, but asked nothing by the tests: not loaded, so
@@ -72,10 +79,13 @@ def free_port() -> int:
 class OVOSHub:
     """`hub = OVOSHub(generation).start(); creds = hub.add_client(); ... hub.cleanup()`."""
 
-    def __init__(self, generation: str = "4.0"):
+    def __init__(self, generation: str = "4.0", agent: str = "stock"):
         if generation not in GENERATIONS:
             raise ValueError(f"generation must be one of {GENERATIONS}, not {generation!r}")
+        if agent not in AGENTS:
+            raise ValueError(f"agent must be one of {AGENTS}, not {agent!r}")
         self.generation = generation
+        self.agent = agent
         self.venv = ensure_venv(generation)
         self.home = tempfile.mkdtemp(prefix="hm-test-ovos-")
         self.bus_port = free_port()
@@ -115,9 +125,7 @@ class OVOSHub:
         os.makedirs(os.path.dirname(server), exist_ok=True)
         with open(server, "w") as f:
             json.dump({
-                "agent_protocol": {"module": "hivemind-ovos-agent-plugin",
-                                   "hivemind-ovos-agent-plugin": {"host": "127.0.0.1",
-                                                                  "port": self.bus_port}},
+                "agent_protocol": self._agent_protocol(),
                 "binary_protocol": {"module": None},
                 "network_protocol": {"hivemind-websocket-plugin": {"host": "127.0.0.1",
                                                                    "port": self.port}},
@@ -129,9 +137,24 @@ class OVOSHub:
                    {"presence": {"enabled": False}}),
             }, f)
 
-    def _spawn(self, name: str, cmd):
+    def _agent_protocol(self) -> dict:
+        if self.agent == "ovos-mode":
+            return {"module": "hivemind-chat-agent-plugin",
+                    "hivemind-chat-agent-plugin": {
+                        "mode": "ovos", "bus": f"ws://127.0.0.1:{self.bus_port}/core"}}
+        return {"module": "hivemind-ovos-agent-plugin",
+                "hivemind-ovos-agent-plugin": {"host": "127.0.0.1", "port": self.bus_port}}
+
+    def _hivemind_env(self) -> dict:
+        """The hivemind-core process's environment: with our plugin, this checkout's package
+        (and its entry points) first on the path; the OVOS processes never see it."""
+        if self.agent != "ovos-mode":
+            return self.env
+        return {**self.env, "PYTHONPATH": hub_venvs.package_path()}
+
+    def _spawn(self, name: str, cmd, env=None):
         log = open(self.log_path(name), "a")
-        proc = subprocess.Popen(cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(cmd, env=env or self.env, stdout=log, stderr=subprocess.STDOUT,
                                 cwd=self.home, start_new_session=True)
         self.procs[name] = (proc, log)
         return proc
@@ -236,9 +259,22 @@ class OVOSHub:
                            budget_ends - time.monotonic())
             if not trained:
                 self._keep_intent_cache()
-        self._spawn("hivemind", [self._bin("hivemind-core"), "listen"])
+        self._spawn("hivemind", [self._bin("hivemind-core"), "listen"],
+                    env=self._hivemind_env())
         self._wait("hivemind", self._listening(self.port), 60)
         return self
+
+    def stop_messagebus(self) -> None:
+        """Stop ovos-messagebus (ovos-core and hivemind-core stay up), as when it crashes."""
+        proc, log = self.procs.pop("messagebus")
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        log.close()
+
+    def restart_messagebus(self) -> None:
+        """Start ovos-messagebus again on its port; ovos-core reconnects to it by itself."""
+        self._spawn("messagebus", [self._bin("ovos-messagebus")])
+        self._wait("messagebus", self._listening(self.bus_port), 60)
 
     # ---- padatious' trained intents, kept per hub venv on this machine ----
     def _intent_cache(self) -> str:
@@ -314,7 +350,8 @@ class OVOSHub:
 if __name__ == "__main__":
     if "--run" in sys.argv:
         sys.path.insert(0, os.path.dirname(HERE))
-        hub = OVOSHub(next((a for a in sys.argv if a in GENERATIONS), "4.0")).start()
+        hub = OVOSHub(next((a for a in sys.argv if a in GENERATIONS), "4.0"),
+                      next((a for a in sys.argv if a in AGENTS), "stock")).start()
         creds = hub.add_client()
         print(json.dumps(creds.agent_config()), flush=True)
         print(f"logs in {hub.home}; Ctrl-C (or SIGTERM) stops", flush=True)

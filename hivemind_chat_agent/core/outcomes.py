@@ -12,6 +12,7 @@ from hivemind_chat_agent.errors import (
     ConnectionLostError,
     ConversationStoreError,
     HiveMindChatError,
+    HubBackendUnavailableError,
     HubBusyError,
     HubEngineError,
     IdentifierTooLongError,
@@ -68,6 +69,10 @@ def judge(event: Ended, *, spoke: bool, refusal: Optional[HiveMindChatError],
         if kind is EndReason.ID_TOO_LONG:
             return Outcome(TurnStatus.FAILED, IdentifierTooLongError(
                 f"the hub refused the turn: {reason}"), in_step=False)
+        if kind is EndReason.BACKEND_UNAVAILABLE:
+            return Outcome(TurnStatus.FAILED, HubBackendUnavailableError(
+                f"the hub could not reach its OVOS messagebus, so the utterance was not "
+                f"handled ({reason}); try again in a moment"), in_step=False)
         if kind in (EndReason.ENGINE_ERROR, EndReason.TIMEOUT):
             return Outcome(TurnStatus.FAILED, HubEngineError(
                 f"the hub's chat engine failed on this turn ({reason}); the hub's log has the "

@@ -1,0 +1,380 @@
+"""The OVOS mode's routing decisions, without I/O: what a satellite's message becomes on the
+local OVOS messagebus, which satellite a bus message goes back to (and under which session id),
+and the bounds and fairness between satellites.
+
+The hub plugin in OVOS mode (hub/ovos_mode.py) stands where hivemind-ovos-agent-plugin stands:
+between hivemind-core's satellites and ovos-core's messagebus. Its shell identifies the sender
+(hub/senders.py: authenticated, its declared session id bounded, its namespaced session id
+keyed with the access key and the hub's secret) and hands that here as a `Satellite`; this
+object decides, and the shell carries the decision out on the right thread.
+
+Satellite → OVOS. `accept` rewrites the Session's id to the namespaced one (so no satellite
+can name, read or write another's OVOS Session, whatever id it declares, on 4.0 and 5.x alike)
+and queues the message under its client (access key). `next_outbound` takes the queues in
+turn, one message per client each round, so a flooding client only ever waits behind itself.
+Bounds: a client's queue (`max_queued_per_client`; a satellite's stop goes to its front), the
+utterances a session and a client may have in flight at OVOS (`max_in_flight_per_session`,
+`max_in_flight_per_client`; an utterance whose `ovos.utterance.handled` never comes, as a
+`get_response` answer's, is forgotten after `in_flight_timeout`), the sessions a client may
+keep (`max_sessions_per_client`, least recently seen evicted) and how long an idle one is kept
+(`session_ttl`). A refused utterance, and one that cannot reach OVOS (the bus is down, or went
+down while it was queued or in flight), gets the chat mode's failure shape: a
+`complete_intent_failure` with the reason, then `ovos.utterance.handled` (`failure_replies`).
+
+OVOS → satellite. `route` delivers a bus message only to the satellites its
+`context["destination"]` names (as the stock plugin does), never for a message whose
+`context["source"]` is a satellite (a request: the bus echoes what we sent), and only when its
+Session, if it has one, is that satellite's own: then the satellite's declared id is put back.
+Speech between turns (an alarm set in an earlier turn) names the peer the satellite had then;
+if that peer is gone but the session is still followed, it goes to the connection that used the
+session last, which is the same satellite (same access key, same declared session).
+"""
+import json
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Deque, Dict, List, Optional, Set
+
+from hivemind_chat_agent.core.protocol_names import (
+    HANDLED_TYPE,
+    STOP_TYPES,
+    UNMATCHED_TYPE,
+    UTTERANCE_TYPES,
+)
+from hivemind_chat_agent.core.turns import EndReason
+
+NAMES_PER_CONNECTION = 8   # peer names a connection is known by (a HELLO renames it)
+TWIN_MARKERS = ("_namespace_compat_twin", "_intent_compat_twin")   # ovos-bus-client 2.x
+SWEEP_EVERY = 1.0          # seconds between looks for expired sessions and in-flight entries
+
+
+@dataclass(frozen=True)
+class RouteLimits:
+    max_queued_per_client: int = 32      # messages of one access key waiting for the bus
+    max_in_flight_per_session: int = 4   # utterances of one session OVOS has not handled
+    max_in_flight_per_client: int = 16   # ... of one access key, all its sessions
+    in_flight_timeout: float = 60.0      # an utterance never handled is forgotten after this
+    max_sessions_per_client: int = 256
+    session_ttl: float = 3600.0
+
+
+@dataclass(frozen=True)
+class Satellite:
+    """An authenticated satellite's message, as the shell identified it."""
+    conn: str               # a token of its connection that never changes
+    client: str             # its access key's name for fairness and bounds
+    peer: str               # hivemind-core's name for the connection when it sent this
+    declared_session: str   # the session id the satellite declared
+    session_id: str         # the namespaced id OVOS sees (hub/senders.identify)
+    handle: Any = None      # the connection object, opaque here: replies are written to it
+
+
+@dataclass(frozen=True)
+class Outbound:
+    """A satellite's message for the OVOS bus, and who sent it (for its failure)."""
+    message: Dict[str, Any]
+    sender: Satellite
+    is_utterance: bool
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """A bus message for one satellite connection, its session id the satellite's own."""
+    handle: Any
+    peer: str
+    message: Dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Refusal:
+    reason: EndReason
+    why: str
+
+
+@dataclass
+class _Session:
+    client: str
+    declared: str
+    last_seen: float
+    last_conn: str = ""
+    last_frame: str = ""     # the data of the last unmarked frame routed (see `_is_twin`)
+    in_flight: Deque[Any] = field(default_factory=deque)   # (sent at, Outbound), oldest first
+
+
+@dataclass
+class _Connection:
+    client: str
+    handle: Any
+    names: "OrderedDict[str, None]" = field(default_factory=OrderedDict)
+    sessions: Set[str] = field(default_factory=set)
+
+
+class OvosRoutes:
+    """The routing table and queues of the OVOS mode. Thread-safe by its caller: the shell
+    holds one lock around every call (IO loop, bus thread and sender thread all use it)."""
+
+    def __init__(self, limits: RouteLimits, now: Callable[[], float]):
+        self.limits = limits
+        self.now = now
+        self.bus_up = False
+        self._next_sweep = 0.0
+        self._sessions: Dict[str, _Session] = {}
+        self._of_client: Dict[str, "OrderedDict[str, None]"] = {}   # least recent first
+        self._connections: Dict[str, _Connection] = {}
+        self._conn_of_peer: Dict[str, str] = {}
+        self._queues: "OrderedDict[str, Deque[Outbound]]" = OrderedDict()   # round robin
+
+    # ---- satellite -> OVOS ----
+    def accept(self, sender: Satellite, message: Dict[str, Any]) -> Optional[Refusal]:
+        """Queue a satellite's message for the bus (its Session under the namespaced id);
+        a Refusal (nothing queued) when a bound or the bus says no."""
+        now = self.now()
+        if now >= self._next_sweep:
+            self._next_sweep = now + SWEEP_EVERY
+            self._expire(now)
+        is_utterance = message.get("type") in UTTERANCE_TYPES
+        if is_utterance and not self.bus_up:
+            return Refusal(EndReason.BACKEND_UNAVAILABLE,
+                           "the hub's OVOS messagebus is not connected")
+        queue = self._queues.get(sender.client)
+        if queue is not None and len(queue) >= self.limits.max_queued_per_client:
+            return Refusal(EndReason.BUSY, f"{len(queue)} messages of this client are "
+                                           "waiting for the OVOS bus")
+        if is_utterance:
+            refusal = self._in_flight_refusal(sender, now)
+            if refusal:
+                return refusal
+        self._follow(sender, now)
+        outbound = Outbound(self._for_bus(sender, message), sender, is_utterance)
+        queue = self._queues.setdefault(sender.client, deque())
+        if message.get("type") in STOP_TYPES:
+            queue.appendleft(outbound)     # a barge-in overtakes the client's own backlog
+        else:
+            queue.append(outbound)
+        return None
+
+    def _in_flight_refusal(self, sender: Satellite, now: float) -> Optional[Refusal]:
+        session = self._sessions.get(sender.session_id)
+        queue = self._queues.get(sender.client, ())
+        mine = (len(session.in_flight) if session else 0) + sum(
+            o.is_utterance and o.sender.session_id == sender.session_id for o in queue)
+        if mine >= self.limits.max_in_flight_per_session:
+            return Refusal(EndReason.BUSY, f"{mine} utterances of this session are still "
+                                           "being handled by OVOS")
+        queued = sum(o.is_utterance for o in queue)
+        client_total = queued + sum(len(self._sessions[s].in_flight)
+                                    for s in self._of_client.get(sender.client, ()))
+        if client_total >= self.limits.max_in_flight_per_client:
+            return Refusal(EndReason.BUSY, f"{client_total} utterances of this client are "
+                                           "still being handled by OVOS")
+        return None
+
+    def _for_bus(self, sender: Satellite, message: Dict[str, Any]) -> Dict[str, Any]:
+        context = dict(message.get("context") or {})
+        session = context.get("session")
+        session = dict(session) if isinstance(session, dict) else {}
+        session["session_id"] = sender.session_id
+        context["session"] = session
+        return {"type": message.get("type"), "data": message.get("data") or {},
+                "context": context}
+
+    def _follow(self, sender: Satellite, now: float) -> None:
+        session = self._sessions.get(sender.session_id)
+        if session is None:
+            session = self._sessions[sender.session_id] = _Session(
+                sender.client, sender.declared_session, now)
+        session.last_seen, session.last_conn = now, sender.conn
+        recent = self._of_client.setdefault(sender.client, OrderedDict())
+        recent[sender.session_id] = None
+        recent.move_to_end(sender.session_id)
+        while len(recent) > self.limits.max_sessions_per_client:
+            self._forget_session(next(iter(recent)))
+        conn = self._connections.get(sender.conn)
+        if conn is None:
+            conn = self._connections[sender.conn] = _Connection(sender.client, sender.handle)
+        conn.sessions.add(sender.session_id)
+        if sender.peer not in conn.names:
+            conn.names[sender.peer] = None
+            self._conn_of_peer[sender.peer] = sender.conn
+            while len(conn.names) > NAMES_PER_CONNECTION:
+                old, _ = conn.names.popitem(last=False)
+                if self._conn_of_peer.get(old) == sender.conn:
+                    del self._conn_of_peer[old]
+
+    def has_outbound(self) -> bool:
+        return bool(self._queues)
+
+    def next_outbound(self) -> Optional[Outbound]:
+        """The next message for the bus: the next client's oldest, round robin (the shell
+        writes it, then says `sent`)."""
+        if not self._queues:
+            return None
+        client, queue = next(iter(self._queues.items()))
+        outbound = queue.popleft()
+        del self._queues[client]
+        if queue:
+            self._queues[client] = queue       # to the back of the round
+        return outbound
+
+    def sent(self, outbound: Outbound) -> bool:
+        """`outbound` was written to the bus: an utterance is in flight until its `handled`.
+        False when the bus went down meanwhile (the utterance is lost: tell its satellite)."""
+        if not outbound.is_utterance:
+            return True
+        if not self.bus_up:
+            return False
+        session = self._sessions.get(outbound.sender.session_id)
+        if session is not None:
+            session.in_flight.append((self.now(), outbound))
+        return True
+
+    # ---- the bus ----
+    def bus_connected(self) -> None:
+        self.bus_up = True
+
+    def bus_lost(self) -> List[Outbound]:
+        """The bus went down: every utterance queued or in flight is lost (its answer will
+        never come); returns them, to be told."""
+        self.bus_up = False
+        lost = [o for q in self._queues.values() for o in q if o.is_utterance]
+        self._queues.clear()
+        for session in self._sessions.values():
+            lost.extend(outbound for _, outbound in session.in_flight)
+            session.in_flight.clear()
+        return lost
+
+    # ---- OVOS -> satellite ----
+    def route(self, message: Dict[str, Any]) -> List[Delivery]:
+        """The satellites a bus message goes to (see the module docstring)."""
+        context = message.get("context")
+        if not isinstance(context, dict):
+            return []
+        destination = context.get("destination")
+        peers = [destination] if isinstance(destination, str) else destination
+        if not isinstance(peers, list) or not peers:
+            return []
+        source = context.get("source")
+        if isinstance(source, str) and source in self._conn_of_peer:
+            return []                  # a satellite's own request, echoed by the bus
+        session = context.get("session")
+        sid = session.get("session_id") if isinstance(session, dict) else None
+        followed = self._sessions.get(sid) if isinstance(sid, str) else None
+        if sid is not None and followed is None:
+            return []                  # a Session that is no satellite's: not theirs to read
+        if followed is not None and message.get("type") == HANDLED_TYPE:
+            self._handled(sid)
+        if followed is not None and self._is_twin(message, context, followed):
+            return []
+        conns = self._named_connections(peers, followed)
+        return [self._delivery(conn, message, followed) for conn in conns]
+
+    @staticmethod
+    def _is_twin(message: Dict[str, Any], context: Dict[str, Any],
+                 followed: "_Session") -> bool:
+        """A second spelling of the frame just routed for this session? ovos-bus-client 2.x
+        (ovos-core 3.x) sends each renamed topic twice, `ovos.utterance.speak` then `speak`
+        marked as its twin; the stock plugin's bus client drops a marked twin whose first
+        frame it saw, so a satellite hears each sentence once. A marked frame with no such
+        first frame (a reply that copied the marker) is delivered."""
+        fingerprint = json.dumps(message.get("data"), sort_keys=True, default=str)
+        if any(context.get(marker) for marker in TWIN_MARKERS):
+            return followed.last_frame == fingerprint
+        followed.last_frame = fingerprint
+        return False
+
+    def _named_connections(self, peers: List[Any],
+                           followed: Optional[_Session]) -> List[str]:
+        named, gone = [], False
+        for peer in peers:
+            if not isinstance(peer, str) or "::" not in peer:
+                continue                         # "audio", "skills", a skill id
+            conn = self._conn_of_peer.get(peer)
+            if conn is None:
+                gone = True                      # a name no live connection has now
+                continue
+            if followed is not None and self._connections[conn].client != followed.client:
+                return []                        # another satellite's session: never
+            if conn not in named:
+                named.append(conn)
+        if not named and gone and followed is not None \
+                and followed.last_conn in self._connections:
+            named.append(followed.last_conn)      # its peer is gone: the session's satellite
+        return named
+
+    def _delivery(self, conn: str, message: Dict[str, Any],
+                  followed: Optional[_Session]) -> Delivery:
+        connection = self._connections[conn]
+        context = dict(message["context"])
+        context["destination"] = next(reversed(connection.names))
+        if followed is not None:
+            context["session"] = dict(context["session"], session_id=followed.declared)
+        return Delivery(connection.handle, context["destination"],
+                        {"type": message.get("type"), "data": message.get("data") or {},
+                         "context": context})
+
+    def _handled(self, sid: str) -> None:
+        session = self._sessions.get(sid)
+        if session is not None and session.in_flight:
+            session.in_flight.popleft()
+
+    # ---- connections and time ----
+    def closed(self, conn: str) -> None:
+        """hivemind-core reported the connection gone: nothing more goes to it, its queued
+        messages are dropped, its sessions used by no other connection are forgotten."""
+        connection = self._connections.pop(conn, None)
+        if connection is None:
+            return
+        for name in connection.names:
+            if self._conn_of_peer.get(name) == conn:
+                del self._conn_of_peer[name]
+        queue = self._queues.get(connection.client)
+        if queue:
+            kept = deque(o for o in queue if o.sender.conn != conn)
+            if kept:
+                self._queues[connection.client] = kept
+            else:
+                del self._queues[connection.client]
+        others = {s for c in self._connections.values() for s in c.sessions}
+        for sid in connection.sessions - others:
+            self._forget_session(sid)
+
+    def _expire(self, now: float) -> None:
+        for sid, session in list(self._sessions.items()):
+            while session.in_flight and now - session.in_flight[0][0] >= \
+                    self.limits.in_flight_timeout:
+                self._handled(sid)
+            if now - session.last_seen >= self.limits.session_ttl and not session.in_flight:
+                self._forget_session(sid)
+
+    def _forget_session(self, sid: str) -> None:
+        session = self._sessions.pop(sid, None)
+        if session is None:
+            return
+        recent = self._of_client.get(session.client)
+        if recent is not None:
+            recent.pop(sid, None)
+            if not recent:
+                del self._of_client[session.client]
+        for connection in self._connections.values():
+            connection.sessions.discard(sid)
+
+    def __len__(self) -> int:
+        """Sessions followed."""
+        return len(self._sessions)
+
+    @property
+    def connections(self) -> int:
+        return len(self._connections)
+
+
+def failure_replies(outbound: Outbound, refusal: Refusal) -> List[Dict[str, Any]]:
+    """What the satellite hears for an utterance that was refused or could not reach OVOS:
+    the chat mode's failure shape (hub/hub_turn.HubTurn.finish), its context the utterance's
+    (so a turn tag comes back), its Session under the id the satellite declared."""
+    context = dict(outbound.message.get("context") or {})
+    context["source"], context["destination"] = "hivemind-chat-agent-plugin", \
+        outbound.sender.peer
+    context["session"] = dict(context.get("session") or {},
+                              session_id=outbound.sender.declared_session)
+    return [{"type": UNMATCHED_TYPE, "data": {"reason": refusal.reason.value,
+                                             "message": refusal.why}, "context": context},
+            {"type": HANDLED_TYPE, "data": {}, "context": dict(context)}]

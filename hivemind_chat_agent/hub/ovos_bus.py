@@ -1,0 +1,119 @@
+"""The OVOS mode's connection to the local ovos-core messagebus: websocket-client's
+`WebSocketApp` on a thread of its own, reconnected whenever it closes.
+
+ovos-messagebus is a plain websocket that relays every JSON message to every client, so a
+`WebSocketApp` is all it takes (ovos-bus-client's `MessageBusClient` adds an emitter, handler
+threads and a 5-60 s reconnect backoff we do not want: satellites are told at once while the
+bus is down, and it is retried every `retry` seconds, up to `max_retry`). What it reports:
+`on_up()` once a connection is open (before any message of it), `on_message(frame)` for each
+frame (bytes: websocket-client's UTF-8 check is skipped, the JSON parser decodes), on the bus
+thread, and `on_down()` once per connection that closed or failed to open
+after having been up. `send(text)` writes from any thread (websocket-client locks its frames)
+and raises `BusNotConnected` when there is no open connection.
+
+Socket options: `socket_options(sock)` below is the one place the bus socket's options are set,
+once per connection, right after it opens (TCP_NODELAY now; see docs/performance.md for why
+the bus's round trip cares about small writes).
+"""
+import socket
+import threading
+from typing import Callable, Optional
+
+from ovos_utils.log import LOG
+
+from hivemind_chat_agent.core.limits import shown
+from hivemind_chat_agent.errors import HiveMindChatError
+
+
+class BusNotConnected(HiveMindChatError):
+    """The OVOS messagebus connection is not open: the message was not sent."""
+
+
+def socket_options(sock: socket.socket) -> None:
+    """Set the OVOS bus socket's options (the one place to change them). TCP_NODELAY: a small
+    utterance or audio end goes out at once instead of waiting behind the previous write's
+    ACK (Nagle)."""
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+class OvosBus:
+    def __init__(self, url: str, on_message: Callable[[str], None],
+                 on_up: Callable[[], None], on_down: Callable[[], None],
+                 retry: float = 0.5, max_retry: float = 5.0,
+                 configure_socket: Callable[[socket.socket], None] = socket_options):
+        self.url = url
+        self.on_message = on_message
+        self.on_up = on_up
+        self.on_down = on_down
+        self.retry, self.max_retry = retry, max_retry
+        self.configure_socket = configure_socket
+        self.connected = threading.Event()
+        self._stop = threading.Event()
+        self._app = None
+        self._thread: Optional[threading.Thread] = None
+
+    def start(self) -> "OvosBus":
+        self._thread = threading.Thread(target=self._run, name="hivemind-chat-ovos-bus",
+                                        daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        import websocket
+        delay = self.retry
+        while not self._stop.is_set():
+            was_up = threading.Event()
+
+            def opened(app, was_up=was_up):
+                try:
+                    self.configure_socket(app.sock.sock)
+                except (OSError, AttributeError) as e:
+                    LOG.warning(f"OVOS bus socket options not set: {type(e).__name__}: {e}")
+                was_up.set()
+                self.connected.set()
+                self.on_up()
+
+            app = websocket.WebSocketApp(
+                self.url, on_open=opened,
+                on_message=lambda _app, text: self._message(text),
+                on_error=lambda _app, error: LOG.debug(
+                    f"OVOS bus {self.url}: {type(error).__name__}"))
+            self._app = app
+            try:
+                app.run_forever(skip_utf8_validation=True)
+            except Exception as e:     # never let the bus thread die: retry instead
+                LOG.warning(f"OVOS bus {self.url}: {type(e).__name__}: "
+                            f"{shown(str(e), 200, quote=False)}")
+            self.connected.clear()
+            self._app = None
+            if was_up.is_set():
+                delay = self.retry
+                LOG.warning(f"lost the OVOS messagebus at {self.url}; reconnecting")
+                self.on_down()
+            self._stop.wait(delay)
+            delay = min(self.max_retry, delay * 2)
+
+    def _message(self, text) -> None:
+        try:
+            self.on_message(text)
+        except Exception as e:     # one bad message must not close the bus
+            LOG.error(f"OVOS bus message handler raised {type(e).__name__}: "
+                      f"{shown(str(e), 200, quote=False)}")
+
+    def send(self, text: str) -> None:
+        app = self._app
+        if app is None or not self.connected.is_set() or app.sock is None:
+            raise BusNotConnected(f"the OVOS messagebus at {self.url} is not connected")
+        try:
+            app.send(text)
+        except Exception as e:
+            raise BusNotConnected(f"the OVOS messagebus at {self.url} did not take the "
+                                  f"message ({type(e).__name__})") from None
+
+    def close(self) -> None:
+        self._stop.set()
+        app = self._app
+        if app is not None:
+            app.close()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(5)

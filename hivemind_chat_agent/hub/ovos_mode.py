@@ -1,0 +1,283 @@
+"""`OVOSModeProtocol`: `hivemind-chat-agent-plugin` with `"mode": "ovos"`, serving every
+satellite of the hub from the local ovos-core messagebus, as hivemind-ovos-agent-plugin does,
+without its races (docs/compatibility.md).
+
+The decisions are core/ovos_routes.OvosRoutes' (what goes to the bus under which Session, what
+goes back to which satellite, bounds, fairness); this shell carries them out on the right
+thread, one lock around the table:
+
+- hivemind-core's IO loop hands every satellite message to `bus.emit` (`SatelliteInbox`): the
+  sender is identified (hub/senders.identify: authenticated, ids bounded, its session namespaced
+  with the access key and the hub's secret) and the message queued; a refused utterance is
+  answered there and then with the chat mode's failure shape;
+- one sender thread writes the queues to the bus, round robin between clients, so neither a
+  flooding satellite nor a stalled bus socket ever holds up the IO loop;
+- the bus thread (hub/ovos_bus.py) routes what OVOS sends and hands each delivery to the IO
+  loop with `add_callback`: every frame to a satellite is written there, to the connection
+  object that sent (by hub/dialects.py, as the chat mode writes), never by iterating
+  hivemind-core's client table;
+- a bus that goes down fails every utterance queued or in flight (the satellite is told, with
+  reason `backend_unavailable`), refuses new ones at once, and reconnects by itself.
+"""
+import dataclasses
+import json
+import threading
+import time
+from typing import Any, Dict, Iterator, List, Optional
+
+from hivemind_plugin_manager.protocols import AgentProtocol, ClientCallbacks
+from ovos_bus_client.message import Message
+from ovos_utils.log import LOG
+
+from hivemind_chat_agent import compat
+from hivemind_chat_agent.core.limits import shown, shown_name
+from hivemind_chat_agent.core.ovos_routes import (
+    Outbound,
+    OvosRoutes,
+    Refusal,
+    Satellite,
+    failure_replies,
+)
+from hivemind_chat_agent.core.protocol_names import UTTERANCE_TYPES
+from hivemind_chat_agent.core.turns import EndReason
+from hivemind_chat_agent.errors import IdentifierTooLongError, ReplyNotSent
+from hivemind_chat_agent.hub.agent_bus import AgentBus
+from hivemind_chat_agent.hub.connections import (
+    connection_client,
+    connection_closed,
+    connection_token,
+    mark_closed,
+)
+from hivemind_chat_agent.hub.dialects import dialect_for, install_dialects
+from hivemind_chat_agent.hub.ovos_bus import BusNotConnected, OvosBus
+from hivemind_chat_agent.hub.ovos_settings import OvosModeSettings
+from hivemind_chat_agent.hub.senders import identify, sender_of
+
+__all__ = ["OVOSModeProtocol", "SatelliteInbox"]
+
+LOST_WHY = "the hub lost its OVOS messagebus before the utterance was handled"
+
+
+class SatelliteInbox(AgentBus):
+    """The bus hivemind-core hands satellites' messages to in OVOS mode: handlers by type, as
+    AgentBus (hivemind-core's own status handlers register there), then every message to
+    `sink`, on the emitting thread (the IO loop)."""
+
+    def __init__(self, sink):
+        super().__init__()
+        self.sink = sink
+
+    def emit(self, message) -> None:
+        super().emit(message)
+        try:
+            self.sink(message)
+        except Exception as e:   # one message's bug must not stop the hub's IO loop
+            LOG.error(f"OVOS mode: {getattr(message, 'msg_type', '?')} raised "
+                      f"{type(e).__name__}: {shown(str(e), 200, quote=False)}")
+
+
+class OVOSModeProtocol(AgentProtocol):
+    """hivemind-core agent protocol plugin `hivemind-chat-agent-plugin`, OVOS mode."""
+
+    def __init__(self, config: Optional[Dict[str, Any]] = None, bus=None, hm_protocol=None,
+                 callbacks: Optional[ClientCallbacks] = None, bus_factory=OvosBus,
+                 now=time.monotonic):
+        callbacks = dataclasses.replace(callbacks or ClientCallbacks())   # not the caller's
+        core_on_disconnect = callbacks.on_disconnect
+
+        def on_disconnect(client: Any) -> None:
+            self._on_connection_closed(client)
+            core_on_disconnect(client)
+        callbacks.on_disconnect = on_disconnect
+        super().__init__(config=dict(config or {}), bus=bus or SatelliteInbox(self._inbound),
+                         hm_protocol=hm_protocol, callbacks=callbacks)
+        self.settings = OvosModeSettings.from_dict(self.config)
+        self._table = threading.Condition()       # guards `routes`
+        self.routes = OvosRoutes(self.settings.limits, now)
+        self.loop = None              # hivemind-core's IO loop, seen at the first message
+        self._secret: Optional[bytes] = None
+        self._closing = False
+        install_dialects()
+        compat.for_hub()
+        self.ovos = bus_factory(self.settings.bus, self._from_ovos, self._bus_up,
+                                self._bus_down, retry=self.settings.bus_retry,
+                                max_retry=self.settings.bus_max_retry)
+        self._sender = threading.Thread(target=self._send_loop, daemon=True,
+                                        name="hivemind-chat-ovos-sender")
+        self._sender.start()
+        self.ovos.start()
+        if not self.ovos.connected.wait(self.settings.connect_wait):
+            LOG.warning(f"the OVOS messagebus at {self.settings.bus} is not answering yet; "
+                        "retrying in the background, satellites' utterances are refused "
+                        "meanwhile (is ovos-messagebus running?)")
+
+    # ---- IO loop: satellites' messages ----
+    def _hub_secret(self) -> bytes:
+        if self._secret is None:
+            from ovos_utils.xdg_utils import xdg_data_home
+
+            from hivemind_chat_agent.hub.secret import hub_secret
+            self._secret = hub_secret(str(xdg_data_home()))   # beside core's database
+        return self._secret
+
+    def _inbound(self, message: Message) -> None:
+        """IO loop: a satellite's message (anything hivemind-core hands the agent) to the
+        queues, or, for an utterance refused, its failure now."""
+        if self.loop is None:
+            from tornado.ioloop import IOLoop
+            self.loop = IOLoop.current()
+        what = f"a {shown(message.msg_type)} message"
+        try:
+            sender = identify(self.clients, self._hub_secret, message, what)
+        except IdentifierTooLongError as e:
+            self._refuse_unnamed(message, Refusal(EndReason.ID_TOO_LONG, str(e)))
+            return
+        if sender is None:
+            return
+        satellite = Satellite(connection_token(sender.client), connection_client(sender.client),
+                              sender.peer, sender.satellite_session["session_id"],
+                              sender.session_id, sender.client)
+        wire = {"type": message.msg_type, "data": message.data,
+                "context": dict(message.context, session=sender.satellite_session)}
+        with self._table:
+            refusal = self.routes.accept(satellite, wire)
+            if refusal is None:
+                self._table.notify()
+        if refusal is not None:
+            self._refuse(Outbound(wire, satellite, message.msg_type in UTTERANCE_TYPES),
+                         refusal)
+
+    def _refuse(self, outbound: Outbound, refusal: Refusal) -> None:
+        """An utterance refused or lost gets its failure (other messages: a log line)."""
+        if not outbound.is_utterance:
+            LOG.info(f"not forwarding {shown(outbound.message.get('type'))} from "
+                     f"{shown_name(outbound.sender.peer)}: {refusal.why}")
+            return
+        LOG.warning(f"answering {shown_name(outbound.sender.peer)} with a failure: "
+                    f"{refusal.why}")
+        self._to_loop(outbound.sender.handle, outbound.sender.peer,
+                      failure_replies(outbound, refusal))
+
+    def _refuse_unnamed(self, message: Message, refusal: Refusal) -> None:
+        if message.msg_type not in UTTERANCE_TYPES:
+            LOG.info(f"not forwarding {shown(message.msg_type)}: {refusal.why}")
+            return
+        peer, session = sender_of(message)    # answered under the Session as it came
+        satellite = Satellite("", "", peer, session.get("session_id"), "",
+                              self.clients.get(peer))
+        wire = {"type": message.msg_type, "data": {},
+                "context": dict(message.context, session=session)}
+        LOG.warning(f"answering {shown_name(peer)} with a failure: {refusal.why}")
+        self._to_loop(satellite.handle, peer,
+                      failure_replies(Outbound(wire, satellite, True), refusal))
+
+    def _on_connection_closed(self, client) -> None:
+        """IO loop, as a connection goes: nothing more is written to it, and (as the chat
+        mode does) its old names in hivemind-core 4.0's table go with it."""
+        clients = self.clients
+        for peer in [p for p, c in list(clients.items()) if c is client and p != client.peer]:
+            clients.pop(peer, None)
+        mark_closed(client)
+        with self._table:
+            self.routes.closed(connection_token(client))
+
+    # ---- the sender thread: queues to the bus ----
+    def _send_loop(self) -> None:
+        while True:
+            with self._table:
+                while not self._closing and not (self.routes.bus_up and
+                                                 self.routes.has_outbound()):
+                    self._table.wait(1.0)
+                if self._closing:
+                    return
+                outbound = self.routes.next_outbound()
+            try:
+                self.ovos.send(json.dumps(outbound.message))
+                written = True
+            except (BusNotConnected, TypeError, ValueError) as e:
+                LOG.debug(f"not written to the OVOS bus: {type(e).__name__}")
+                written = False
+            with self._table:
+                kept = written and self.routes.sent(outbound)
+            if not kept:
+                self._refuse(outbound, Refusal(EndReason.BACKEND_UNAVAILABLE, LOST_WHY))
+
+    # ---- the bus thread ----
+    def _bus_up(self) -> None:
+        LOG.info(f"connected to the OVOS messagebus at {self.settings.bus}")
+        with self._table:
+            self.routes.bus_connected()
+            self._table.notify()
+
+    def _bus_down(self) -> None:
+        with self._table:
+            lost = self.routes.bus_lost()
+        for outbound in lost:
+            self._refuse(outbound, Refusal(EndReason.BACKEND_UNAVAILABLE, LOST_WHY))
+
+    def _from_ovos(self, text) -> None:
+        """Bus thread: a bus message to the satellites it names, handed to the IO loop. The
+        frame comes as bytes (hub/ovos_bus.py skips websocket-client's UTF-8 pass; the JSON
+        parser checks it anyway)."""
+        marker = b'"destination"' if isinstance(text, bytes) else '"destination"'
+        if marker not in text:
+            return          # most bus traffic names no destination: not parsed
+        try:
+            message = json.loads(text)
+        except ValueError:      # UnicodeDecodeError is one
+            return
+        if not isinstance(message, dict):
+            return
+        with self._table:
+            deliveries = self.routes.route(message)
+        for delivery in deliveries:
+            self._to_loop(delivery.handle, delivery.peer, [delivery.message])
+
+    # ---- the IO loop writes ----
+    def _to_loop(self, client, peer: str, messages: List[Dict[str, Any]]) -> None:
+        loop = self.loop
+        if loop is not None and client is not None:
+            loop.add_callback(self._write, client, peer, messages)
+
+    def _write(self, client, peer: str, messages: List[Dict[str, Any]]) -> None:
+        """IO loop: write each message to the connection `client`, as the chat mode writes
+        (hub/protocol.ChatAgentProtocol.send)."""
+        dialect = dialect_for(client)
+        for wire in messages:
+            reply = Message(wire["type"], wire.get("data") or {}, wire.get("context") or {})
+            try:
+                if connection_closed(client):
+                    raise ReplyNotSent("the satellite is no longer connected")
+                if dialect is None:
+                    raise ReplyNotSent(f"unknown connection type {type(client).__name__}")
+                dialect.send(client, reply)
+            except ReplyNotSent as e:
+                LOG.info(f"not sending {shown(reply.msg_type)} to {shown_name(peer)}: {e}")
+            except Exception as e:
+                LOG.warning(f"could not send {shown(reply.msg_type)} to {shown_name(peer)}: "
+                            f"{type(e).__name__}: {shown(str(e), 200, quote=False)}")
+
+    # ---- hivemind-core's other entry points ----
+    def get_bus(self, client=None):
+        """Always the inbox: an unreachable OVOS bus is this plugin's to answer (typed
+        failures), not hivemind-core's BACKEND_UNAVAILABLE."""
+        return self.bus
+
+    def natural_language_query(self, utterance: str, lang: str) -> Iterator[Optional[str]]:
+        """QUERY / CASCADE are not answered in OVOS mode (yet): a decline, which hivemind-core
+        reads as "no answer here" and may escalate upstream."""
+        LOG.info("OVOS mode does not answer QUERY messages; declining")
+        yield None
+
+    def answer_query(self, utterance: str, lang: str, client=None) -> Iterator[Optional[str]]:
+        return self.natural_language_query(utterance, lang)
+
+    def __repr__(self) -> str:
+        return f"OVOSModeProtocol(bus={self.settings.bus!r})"
+
+    def shutdown(self) -> None:
+        with self._table:
+            self._closing = True
+            self._table.notify_all()
+        self.ovos.close()
+
