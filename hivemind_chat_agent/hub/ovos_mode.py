@@ -55,6 +55,7 @@ from hivemind_chat_agent.hub.senders import identify, sender_of
 
 __all__ = ["OVOSModeProtocol", "SatelliteInbox"]
 
+CORE_NOTICE_PREFIX = "hive."
 LOST_WHY = "the hub lost its OVOS messagebus before the utterance was handled"
 
 
@@ -126,6 +127,8 @@ class OVOSModeProtocol(AgentProtocol):
         if self.loop is None:
             from tornado.ioloop import IOLoop
             self.loop = IOLoop.current()
+        if message.msg_type.startswith(CORE_NOTICE_PREFIX):
+            return     # hivemind-core's own notices (hive.client.connect ...): not OVOS's
         what = f"a {shown(message.msg_type)} message"
         try:
             sender = identify(self.clients, self._hub_secret, message, what)
