@@ -8,6 +8,7 @@ import time
 
 import pytest
 from ovos_hub import RESPONSE_WINDOW, OVOSHub
+from test_hub_protocol import run_satellite
 from test_real_ovos import greetings_at_once, timed
 from waiting import hold_still, wait_until
 
@@ -109,24 +110,25 @@ def test_barge_in_stops_a_genuine_skill_mid_answer(ovos_mode_creds, make_agent):
 
 def test_two_satellites_with_the_same_session_id_never_see_each_others_replies(
         ovos_mode, ovos_mode_creds, make_agent):
-    """Two access keys declare the same session id. The stock plugin hands OVOS that id as it
-    is (on 4.0): one satellite's "hello world" would answer the other's open question. Here
-    each has its own OVOS Session and hears only its own answers."""
+    """Two devices (processes: each client keeps its Sessions process-wide) with their own
+    access keys declare the same session id. The stock plugin hands OVOS that id as it is (on
+    4.0): one satellite's "hello world" would answer the other's open question. Here each has
+    its own OVOS Session and hears only its own answers."""
     first = make_agent(ovos_mode_creds.agent_config())
-    second = make_agent(ovos_mode.add_client(name="second-satellite").agent_config())
-    first_heard, second_heard = [], []
-    subs = [first.subscribe("shared", callback=first_heard.append),
-            second.subscribe("shared", callback=second_heard.append)]
+    second = ovos_mode.add_client(name="second-satellite")
+    heard = []
+    sub = first.subscribe("shared", callback=heard.append)
     question, _ = timed(first, "set an alarm", "shared")
     assert "time" in question.lower(), question
-    answer, took = timed(second, "hello world", "shared")      # not taken as the alarm time
-    assert answer == "Hello world" and took < 3.0, (answer, took)
+    # not taken as the alarm's time, and nothing of the alarm reaches the second device
+    assert run_satellite(second, "shared", "hello world") == ["Hello world"]
     answer, _ = timed(first, "in five hours", "shared")
     assert "alarm is set for" in answer.lower() and "five hours" in answer, answer
     hold_still(1)
-    assert first_heard == [] and second_heard == [], (first_heard, second_heard)
-    for sub in subs:
-        sub.close()
+    # alerts may re-ask between turns if the second device took longer than its window (its
+    # own speech, for this session); the second device's greeting is never among it
+    assert not any("hello" in sentence.lower() for sentence in heard), heard
+    sub.close()
 
 
 def test_parallel_greetings_of_many_sessions_all_answer(ovos_mode_creds, make_agent):
