@@ -11,36 +11,42 @@ thread, and `on_down()` once per connection that closed or failed to open
 after having been up. `send(text)` writes from any thread (websocket-client locks its frames)
 and raises `BusNotConnected` when there is no open connection.
 
-Socket options: `socket_options(sock)` below is the one place the bus socket's options are set,
-once per connection, right after it opens (TCP_NODELAY now; see docs/performance.md for why
-the bus's round trip cares about small writes).
+Socket options: `socket_options(ws)` below is the one place the bus socket's options are set,
+once per connection, in `on_open` before anything is sent: TCP_NODELAY, and
+hub/bus_socket.keep_acks_quick (TCP_QUICKACK after every send and receive), so ovos-messagebus
+never holds a reply behind the delayed ACK of its echo of our own message (issue 31: 40 ms a
+turn; docs/performance.md).
 """
 import socket
 import threading
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from ovos_utils.log import LOG
 
 from hivemind_chat_agent.core.limits import shown
 from hivemind_chat_agent.errors import HiveMindChatError
+from hivemind_chat_agent.hub.bus_socket import keep_acks_quick
 
 
 class BusNotConnected(HiveMindChatError):
     """The OVOS messagebus connection is not open: the message was not sent."""
 
 
-def socket_options(sock: socket.socket) -> None:
-    """Set the OVOS bus socket's options (the one place to change them). TCP_NODELAY: a small
-    utterance or audio end goes out at once instead of waiting behind the previous write's
-    ACK (Nagle)."""
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+def socket_options(ws) -> None:
+    """Set the options of the OVOS bus connection `ws` (a connected `websocket.WebSocket`; the
+    one place to change them). TCP_NODELAY: a small utterance or audio end goes out at once
+    instead of waiting behind the previous write's ACK (Nagle). keep_acks_quick: every frame is
+    acknowledged as it is read (it also sets TCP_NODELAY; where it cannot apply, a wss:// bus's
+    TLS socket or not Linux, TCP_NODELAY alone is set)."""
+    if not keep_acks_quick(ws):
+        ws.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
 class OvosBus:
     def __init__(self, url: str, on_message: Callable[[str], None],
                  on_up: Callable[[], None], on_down: Callable[[], None],
                  retry: float = 0.5, max_retry: float = 5.0,
-                 configure_socket: Callable[[socket.socket], None] = socket_options):
+                 configure_socket: Callable[[Any], None] = socket_options):
         self.url = url
         self.on_message = on_message
         self.on_up = on_up
@@ -66,7 +72,7 @@ class OvosBus:
 
             def opened(app, was_up=was_up):
                 try:
-                    self.configure_socket(app.sock.sock)
+                    self.configure_socket(app.sock)
                 except (OSError, AttributeError) as e:
                     LOG.warning(f"OVOS bus socket options not set: {type(e).__name__}: {e}")
                 was_up.set()
@@ -114,6 +120,12 @@ class OvosBus:
         self._stop.set()
         app = self._app
         if app is not None:
-            app.close()
+            app.keep_running = False
+            raw = getattr(app.sock, "sock", None)
+            if raw is not None:  # the reading thread's select() wakes on a shut-down socket
+                try:
+                    raw.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(5)
