@@ -248,3 +248,16 @@ def test_a_marked_twin_of_the_frame_just_routed_is_dropped(routes):
     other["data"] = {"utterance": "something else"}
     other["context"]["_namespace_compat_twin"] = True
     assert len(routes.route(other)) == 1
+
+
+def test_a_dialog_of_questions_and_answers_never_piles_up_in_flight(routes):
+    """Each get_response answer gets no `handled` of its own; its hand-over to the waiting
+    skill (`<skill>.converse.get_response`) closes it instead."""
+    a = satellite("a")
+    for _ in range(5):             # more pairs than max_in_flight_per_session (2)
+        assert routes.accept(a, utterance(a, "set an alarm")) is None      # the question
+        drain(routes)
+        assert routes.accept(a, utterance(a, "in five hours")) is None     # its answer
+        drain(routes)
+        routes.route(reply(a, msg_type="ovos-skill-alerts.openvoiceos.converse.get_response"))
+        routes.route(reply(a, msg_type="ovos.utterance.handled"))          # the question's

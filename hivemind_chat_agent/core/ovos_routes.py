@@ -14,8 +14,8 @@ and queues the message under its client (access key). `next_outbound` takes the 
 turn, one message per client each round, so a flooding client only ever waits behind itself.
 Bounds: a client's queue (`max_queued_per_client`; a satellite's stop goes to its front), the
 utterances a session and a client may have in flight at OVOS (`max_in_flight_per_session`,
-`max_in_flight_per_client`; an utterance whose `ovos.utterance.handled` never comes, as a
-`get_response` answer's, is forgotten after `in_flight_timeout`), the sessions a client may
+`max_in_flight_per_client`; a `get_response` hand-over closes one as its `handled` would, and
+one whose end never comes is forgotten after `in_flight_timeout`), the sessions a client may
 keep (`max_sessions_per_client`, least recently seen evicted) and how long an idle one is kept
 (`session_ttl`). A refused utterance, and one that cannot reach OVOS (the bus is down, or went
 down while it was queued or in flight), gets the chat mode's failure shape: a
@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Deque, Dict, List, Optional, Set
 
 from hivemind_chat_agent.core.protocol_names import (
+    ANSWER_TAKEN_SUFFIX,
     HANDLED_TYPE,
     STOP_TYPES,
     UNMATCHED_TYPE,
@@ -260,7 +261,12 @@ class OvosRoutes:
         followed = self._sessions.get(sid) if isinstance(sid, str) else None
         if sid is not None and followed is None:
             return []                  # a Session that is no satellite's: not theirs to read
-        if followed is not None and message.get("type") == HANDLED_TYPE:
+        msg_type = message.get("type")
+        if followed is not None and isinstance(msg_type, str) and (
+                msg_type == HANDLED_TYPE or msg_type.endswith(ANSWER_TAKEN_SUFFIX)):
+            # ovos-core hands an answer to a waiting get_response and never sends that
+            # utterance a `handled` of its own (2.x; 3.x sends none for the question): the
+            # hand-over closes one utterance of the session, so a dialog never piles up
             self._handled(sid)
         if followed is not None and self._is_twin(message, context, followed):
             return []
