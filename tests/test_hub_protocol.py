@@ -62,7 +62,10 @@ def sat_b(chat_hub):
 
 
 def test_plugin_is_found_by_name():
-    assert AgentProtocolFactory.get_class("hivemind-chat-agent-plugin") is ChatAgentProtocol
+    # the entry point is the factory that picks the mode's protocol (hub/plugin.py)
+    from hivemind_chat_agent.hub.plugin import agent_protocol
+    assert AgentProtocolFactory.get_class("hivemind-chat-agent-plugin") is agent_protocol
+    assert type(agent_protocol(config={"engine": "engines:ScriptEngine"})) is ChatAgentProtocol
 
 
 def test_missing_or_broken_engine_is_a_clear_startup_error():

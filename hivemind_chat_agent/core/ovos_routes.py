@@ -262,7 +262,7 @@ class OvosRoutes:
         if sid is not None and followed is None:
             return []                  # a Session that is no satellite's: not theirs to read
         msg_type = message.get("type")
-        if followed is not None and isinstance(msg_type, str) and (
+        if followed is not None and isinstance(sid, str) and isinstance(msg_type, str) and (
                 msg_type == HANDLED_TYPE or msg_type.endswith(ANSWER_TAKEN_SUFFIX)):
             # ovos-core hands an answer to a waiting get_response and never sends that
             # utterance a `handled` of its own (2.x; 3.x sends none for the question): the

@@ -55,7 +55,7 @@ class OvosBus:
         self.configure_socket = configure_socket
         self.connected = threading.Event()
         self._stop = threading.Event()
-        self._app = None
+        self._app: Any = None        # websocket.WebSocketApp while connecting or connected
         self._thread: Optional[threading.Thread] = None
 
     def start(self) -> "OvosBus":

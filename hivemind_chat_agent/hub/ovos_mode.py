@@ -95,7 +95,7 @@ class OVOSModeProtocol(AgentProtocol):
         self.settings = OvosModeSettings.from_dict(self.config)
         self._table = threading.Condition()       # guards `routes`
         self.routes = OvosRoutes(self.settings.limits, now)
-        self.loop = None              # hivemind-core's IO loop, seen at the first message
+        self.loop: Any = None         # hivemind-core's IO loop, seen at the first message
         self._secret: Optional[bytes] = None
         self._closing = False
         install_dialects()
@@ -166,7 +166,7 @@ class OVOSModeProtocol(AgentProtocol):
             LOG.info(f"not forwarding {shown(message.msg_type)}: {refusal.why}")
             return
         peer, session = sender_of(message)    # answered under the Session as it came
-        satellite = Satellite("", "", peer, session.get("session_id"), "",
+        satellite = Satellite("", "", peer, str(session.get("session_id") or ""), "",
                               self.clients.get(peer))
         wire = {"type": message.msg_type, "data": {},
                 "context": dict(message.context, session=session)}
@@ -194,6 +194,8 @@ class OVOSModeProtocol(AgentProtocol):
                 if self._closing:
                     return
                 outbound = self.routes.next_outbound()
+            if outbound is None:       # has_outbound() said there was one: never None here
+                continue
             try:
                 self.ovos.send(json.dumps(outbound.message))
                 written = True

@@ -46,7 +46,6 @@ from hivemind_chat_agent.hub.dialects import dialect_for, install_dialects
 from hivemind_chat_agent.hub.exchanges import EndedExchange, keep_exchange
 from hivemind_chat_agent.hub.hub_turn import HubTurn, OpenTurns
 from hivemind_chat_agent.hub.loop_clock import IOLoopClock
-from hivemind_chat_agent.hub.ovos_settings import mode_of
 from hivemind_chat_agent.hub.query import answer_client_query, stream_answer
 from hivemind_chat_agent.hub.satellite_book import SatelliteBook
 from hivemind_chat_agent.hub.senders import Sender, identify, sender_of
@@ -62,16 +61,6 @@ __all__ = ["ChatAgentProtocol", "HubSettings", "PLUGIN_NAME", "load_engine"]
 
 class ChatAgentProtocol(AgentProtocol):
     """hivemind-core agent protocol plugin `hivemind-chat-agent-plugin` in chat mode."""
-
-    def __new__(cls, config: Optional[Dict[str, Any]] = None, bus=None, hm_protocol=None,
-                callbacks: Optional[ClientCallbacks] = None, **_chat_only: Any):
-        """`"mode": "ovos"` is the OVOS mode (hub/plugin.py picks it; an install whose entry
-        point still names this class gets it here); an unknown mode is a ConfigurationError."""
-        if cls is ChatAgentProtocol and mode_of(dict(config or {})) == "ovos":
-            from hivemind_chat_agent.hub.ovos_mode import OVOSModeProtocol
-            return OVOSModeProtocol(config=config, bus=bus, hm_protocol=hm_protocol,
-                                    callbacks=callbacks)
-        return super().__new__(cls)
 
     def __init__(self, config: Optional[Dict[str, Any]] = None, bus=None, hm_protocol=None,
                  callbacks: Optional[ClientCallbacks] = None, engine: Optional[ChatEngine] = None,
