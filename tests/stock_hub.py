@@ -6,8 +6,8 @@ an answering service on that bus that replies to every utterance at once, as a s
     python tests/stock_hub.py --answer BUS_PORT      the answering service (the hub venv runs it)
 
 All three run from the cached "hub-4.0" venv (tests/hub_venvs.py), each with its own log in the
-hub's home. With `agent_protocol` another plugin sits in front of the same bus instead (ours in
-its OVOS mode, for instance).
+hub's home. `StockOVOSHub(plugin="ovos-mode")` puts our plugin in its OVOS mode in front of the
+same bus instead of the stock one; `agent_protocol` any other plugin.
 """
 import json
 import os
@@ -21,6 +21,8 @@ sys.path.insert(0, HERE)
 import hub_venvs  # noqa: E402
 
 STOCK_PLUGIN = "hivemind-ovos-agent-plugin"
+OUR_PLUGIN = "hivemind-chat-agent-plugin"
+PLUGINS = ("stock", "ovos-mode")
 
 
 def answering_service(port: int) -> None:
@@ -55,12 +57,20 @@ def answering_service(port: int) -> None:
 
 
 class StockOVOSHub:
-    def __init__(self, agent_protocol=None):
+    def __init__(self, agent_protocol=None, plugin="stock"):
         from hubs import HubProcess, free_port
+        if plugin not in PLUGINS:
+            raise ValueError(f"plugin is one of {PLUGINS}, not {plugin!r}")
         self.venv = hub_venvs.ensure_venv("hub-4.0")
         self.bus_port = free_port()
-        self.agent_protocol = agent_protocol or {
-            "module": STOCK_PLUGIN, STOCK_PLUGIN: {"host": "127.0.0.1", "port": self.bus_port}}
+        self.plugin = plugin
+        if plugin == "ovos-mode":
+            default = {"module": OUR_PLUGIN, OUR_PLUGIN: {
+                "mode": "ovos", "bus": f"ws://127.0.0.1:{self.bus_port}/core"}}
+        else:
+            default = {"module": STOCK_PLUGIN,
+                       STOCK_PLUGIN: {"host": "127.0.0.1", "port": self.bus_port}}
+        self.agent_protocol = agent_protocol or default
         self.hub = HubProcess(self.agent_protocol, generation="4.0")
         self.home = self.hub.home
         self.procs = []

@@ -44,7 +44,8 @@ def test_a_turn_waits_for_a_connect_in_progress():
 
 def test_a_turn_waits_for_a_slow_connect_as_long_as_connects_may_take():
     """20 parallel 4.0 handshakes took 2 s on a loaded machine: a turn let go after max_wait
-    (1 s) met the hub's client table still changing (tests/test_stock_hub_load.py)."""
+    (1 s) met the hub's client table still changing (the stock plugin's Home Assistant load,
+    benchmarks/bench_ha_load.py)."""
     assert waited_behind("change", "turn", 2.0, changes_last=12.0) == 2.0
     assert waited_behind("change", "turn", 20.0, changes_last=12.0) == 12.0   # still bounded
     assert waited_behind("turn", "change", 2.0, changes_last=12.0) == 1.0     # max_wait

@@ -312,7 +312,7 @@ def test_spare_connections_greet_at_once_on_a_genuine_hub(ovos_creds, make_agent
 
 def test_home_assistant_load_loses_no_greeting_on_the_stock_4_0_plugin(ovos, ovos_creds,
                                                                        make_agent, generation):
-    """tests/test_stock_hub_load.py's load through ovos-core 2.1.1 and hello-world (which
+    """tests/test_home_assistant_load.py's load through ovos-core 2.1.1 and hello-world (which
     speaks with wait=True): 20 new conversations one after another, 20 at once, 40 more turns;
     every greeting answered within the agent's timeout, and the stock plugin never lost its bus.
     Before the agent capped its turns in flight (client/churn_gate.py), 20 at once came back in

@@ -16,7 +16,7 @@ websocket ping, and the connect ends at its pong (tornado handles a connection's
 order, so the hub has filed the client by then); a close waits for the hub's answering close
 frame (sent as tornado drops the connection): a loaded hub reads the HELLOs of a burst well
 after our side has finished them, and without the acknowledgements the first utterances met the
-table changing (the figures of tests/test_stock_hub_load.py:
+table changing (the figures of the stock plugin's Home Assistant load, benchmarks/bench_ha_load.py:
 docs/performance.md#why-the-code-is-as-it-is).
 
 Turns that start while others are in flight are also spaced `stagger` apart (25 ms, about one
