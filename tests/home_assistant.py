@@ -76,15 +76,18 @@ async def describe(port):
 
 
 async def streamed_turn(port, text, conversation_id="s1"):
-    """A client that takes streamed answers: every event until HandledStop or NotHandled."""
+    """A client that takes streamed answers: every event until HandledStop or NotHandled
+    (a streamed answer's Handled comes before its HandledStop: read past it)."""
     events = []
     async with AsyncTcpClient("127.0.0.1", port) as client:
         await client.write_event(Transcript(text, context={"conversation_id": conversation_id},
                                             language="en-US").event())
         while True:
             event = await asyncio.wait_for(client.read_event(), 30)
+            if event is None:
+                raise ConnectionError(f"the server closed the connection after {events}")
             events.append(event)
-            if event.type in ("handled-stop", "not-handled", "handled"):
+            if event.type in ("handled-stop", "not-handled"):
                 return events
 
 

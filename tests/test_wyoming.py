@@ -127,12 +127,13 @@ def test_the_command_line_serves_home_assistant(creds, tmp_path):
     cli = [sys.executable, "-m", "hivemind_chat_agent.bridges.cli", "wyoming",
            "--uri", f"tcp://127.0.0.1:{port}", "--host", "127.0.0.1",
            "--port", str(creds.port), "--key", creds.key, "--password", creds.password,
-           "--no-store", "--languages", "en-US", "--zeroconf"]
+           "--no-store", "--languages", "en-US", "--zeroconf", "--no-home-control"]
     proc = subprocess.Popen(cli, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_listening(port, 30, proc=proc, what="hivemind-chat wyoming")
         info = asyncio.run(describe(port))
         assert info.handle[0].models[0].languages == ["en-US"]
+        assert info.handle[0].supports_home_control is False      # --no-home-control
         assert turn(port, "count 2").text == "sentence 1\nsentence 2"
     finally:
         proc.terminate()
@@ -188,21 +189,58 @@ def test_a_server_agent_is_an_ordinary_agent(creds):
         agent.shutdown()
 
 
-def test_streamed_answers_for_clients_that_take_them(creds, make_agent, served):
+def test_streamed_answers_follow_the_spec_and_home_assistant_takes_them(creds, make_agent,
+                                                                         served):
+    """The Wyoming spec's order: handled-start, the chunks, the full handled (what Home
+    Assistant reads), handled-stop; Home Assistant's own reading of it gets the whole text."""
+    from wyoming.handle import HandledChunk
     plain = asyncio.run(describe(served.port)).handle[0]
-    assert plain.supports_handled_streaming is False       # HA's client does not take them
+    assert plain.supports_handled_streaming is False       # advertised only with --stream
     server = Server(make_agent(creds.agent_config(timeout=5)), stream=True)
     try:
         assert asyncio.run(describe(server.port)).handle[0].supports_handled_streaming
         events = asyncio.run(streamed_turn(server.port, "count 3"))
         assert [e.type for e in events] == ["handled-start", "handled-chunk", "handled-chunk",
-                                            "handled-chunk", "handled-stop"]
-        assert "".join(e.data["text"] for e in events[1:4]) == \
-            "sentence 1\nsentence 2\nsentence 3"
+                                            "handled-chunk", "handled", "handled-stop"]
+        full = "sentence 1\nsentence 2\nsentence 3"
+        assert "".join(HandledChunk.from_event(e).text for e in events[1:4]) == full
+        handled = Handled.from_event(events[4])
+        assert handled.text == full and handled.context == {"continue_conversation": False}
+        # Home Assistant's conversation client: reads until Handled, skipping the rest
+        answer = turn(server.port, "slow 2 0.2", conversation_id="ha-streamed")
+        assert isinstance(answer, Handled)
+        assert answer.text == "slow sentence 1\nslow sentence 2"
         failed = asyncio.run(streamed_turn(server.port, "fail"))
         assert [e.type for e in failed] == ["not-handled"]
+        # a streamed question says so in its handled
+        asked = asyncio.run(streamed_turn(server.port, "ask", conversation_id="s-ask"))
+        assert [e.type for e in asked] == ["handled-start", "handled-chunk", "handled",
+                                           "handled-stop"]
+        assert Handled.from_event(asked[2]).context == {"continue_conversation": True}
     finally:
         server.stop()
+
+
+def test_info_advertises_home_control_unless_told_not_to(creds, make_agent, served):
+    """Home Assistant 2026.6+ gives a handle service the CONTROL feature only when its Info
+    says `supports_home_control` (homeassistant/components/wyoming/conversation.py)."""
+    assert asyncio.run(describe(served.port)).handle[0].supports_home_control is True
+    server = Server(make_agent(creds.agent_config(timeout=5)), home_control=False)
+    try:
+        assert asyncio.run(describe(server.port)).handle[0].supports_home_control is False
+    finally:
+        server.stop()
+
+
+def test_a_question_says_so_in_handleds_context(served):
+    """A skill's question (expect_response) sets continue_conversation in Handled's context;
+    its answer, which asks nothing, does not."""
+    question = turn(served.port, "ask", conversation_id="ctx-q")
+    assert question.text == "what is your favourite colour?"
+    assert question.context == {"continue_conversation": True}
+    answer = turn(served.port, "blue", conversation_id="ctx-q")
+    assert answer.text == "blue is a fine colour"
+    assert answer.context == {"continue_conversation": False}
 
 
 def test_zeroconf_says_why_it_cannot_announce():
@@ -220,6 +258,11 @@ def test_the_wyoming_command_offers_its_options_not_a_chats(capsys):
     text = capsys.readouterr().out
     assert "--spare-connections" in text and "--uri" in text and "--key" in text
     assert "--session " not in text and "--json" not in text and "utterance" not in text
+    assert "--no-home-control" in text
+    import argparse
+
+    from hivemind_chat_agent.bridges.wyoming_cli import add_options
+    assert add_options(argparse.ArgumentParser()).parse_args([]).home_control is True
     with pytest.raises(SystemExit) as exited:
         main(["wyoming", "hello there"])              # not a chat: no utterance to say
     assert exited.value.code == 2

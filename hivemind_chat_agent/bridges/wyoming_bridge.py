@@ -4,8 +4,13 @@ Each transcript is one turn of `HiveMindChatAgent` through its asyncio API, so n
 the loop and many conversations run at once. What Home Assistant hears is always Handled or
 NotHandled, before the agent's own timeout has passed: the sentences joined with "\\n" (HA's
 own separator for several answers), or, when the hub understood nothing, failed, went silent
-or is unreachable, a sentence a person can hear saying why. The connection around it (who may
-connect, deadlines, hang-ups) is bridges/wyoming_connection.py's.
+or is unreachable, a sentence a person can hear saying why. With `stream`, the answer follows
+the Wyoming spec's streaming order (OHF-Voice/wyoming README, "Intent Handling"): HandledStart,
+a HandledChunk per sentence as it arrives, the full Handled ("for backwards compatibility":
+what Home Assistant's conversation client reads), then HandledStop. A turn that ends in a
+skill's question says so in Handled's context (`{"continue_conversation": true}`, the name of
+Home Assistant's own ConversationResult field), for clients that read it. The connection
+around it (who may connect, deadlines, hang-ups) is bridges/wyoming_connection.py's.
 """
 import hashlib
 import logging
@@ -34,6 +39,7 @@ SPOKEN = {
     "busy": "Sorry, the assistant is busy with other requests. Try again in a moment.",
 }
 MAX_CONTEXT_ID = 64     # characters of a conversation or device id kept as they are
+CONTINUE_CONVERSATION = "continue_conversation"   # Handled's context: the hub asked a question
 
 
 def context_id(value: Any) -> str:
@@ -67,15 +73,19 @@ class WyomingBridge:
     """The server's state: the agent and what it advertises."""
 
     def __init__(self, agent, languages: Optional[List[str]] = None, per_device: bool = False,
-                 version: str = "", stream: bool = False):
+                 version: str = "", stream: bool = False, home_control: bool = True):
         self.agent = agent
         self.languages = languages or []
         self.per_device = per_device
         self.version = version
-        # Home Assistant's conversation client (2026) reads only Handled/NotHandled and skips
-        # the streaming events, so it would wait for an answer that never comes: streaming is
-        # for clients the operator knows take it (`--stream`), and advertised only then.
+        # Home Assistant's conversation client (2026) reads Handled/NotHandled and skips the
+        # streaming events; the full Handled the spec requires after the chunks is what it
+        # takes. Streaming stays for clients the operator names (`--stream`), advertised then.
         self.stream = stream
+        # Home Assistant 2026.6+ reads `supports_home_control`: without it the entity lacks
+        # the CONTROL feature and HA tells users "this assistant cannot control your home".
+        # An OVOS hub's skills usually can; `--no-home-control` for hubs that cannot.
+        self.home_control = home_control
 
     def info_event(self):
         from wyoming.info import Attribution, HandleModel, HandleProgram, Info
@@ -89,7 +99,12 @@ class WyomingBridge:
                                             "and sessions) reached over HiveMind",
                                 version=self.version, models=[model],
                                 supports_handled_streaming=self.stream)
-        return Info(handle=[program]).event()
+        event = Info(handle=[program]).event()
+        # set in the event's data, not the dataclass: HandleProgram has the field from wyoming
+        # 1.9.0 on, and every version's reader skips the keys it does not know
+        for advertised in event.data["handle"]:
+            advertised["supports_home_control"] = self.home_control
+        return event
 
     async def warm_up(self, say=lambda text: None) -> None:
         """Connect at start, so that a wrong key or a dead hub is told now rather than at the
@@ -105,14 +120,17 @@ class WyomingBridge:
     async def answer(self, text: str, context: Dict[str, Any], language: Optional[str],
                      peer: str):
         """The events answering one transcript, ending with Handled, NotHandled or (when
-        streaming) HandledStop; never raises. Streamed chunks concatenate to the text a
-        Handled would carry. Closed or cancelled before the end (the caller hung up), it
+        streaming) HandledStop; never raises. Streamed: HandledStart before the first
+        sentence, a HandledChunk per sentence (they concatenate to the Handled text), the full
+        Handled, HandledStop. Handled's context says whether the hub asked a question
+        (CONTINUE_CONVERSATION). Closed or cancelled before the end (the caller hung up), it
         terminates the turn: the hub is told to stop, as Ctrl-C does in the CLI, and the
         turn's place at the hub is free at once."""
         from wyoming.handle import Handled, HandledChunk, HandledStart, HandledStop, NotHandled
         session_id, site_id = session_for(context, peer, self.per_device)
         sentences: List[str] = []
         failure = ""
+        asked = False
         turn = None
         try:
             turn = await self.agent.abegin([{"role": "user", "content": text}],
@@ -124,6 +142,7 @@ class WyomingBridge:
                         yield HandledStart().event()
                     yield HandledChunk(text=("\n" if sentences else "") + sentence).event()
                 sentences.append(sentence)
+            asked = bool(turn.expect_response)       # status ASKED: a skill's question
             if not sentences:
                 failure = "not_understood" if turn.status is not TurnStatus.TIMED_OUT \
                     else "timed_out"
@@ -141,12 +160,14 @@ class WyomingBridge:
         finally:
             if turn is not None and turn.is_running():    # given up: stop it at the hub
                 turn.terminate()
-        if self.stream and sentences:      # what was said stands, whatever ended the turn
-            yield HandledStop().event()
-        elif sentences:
-            yield Handled(text="\n".join(sentences)).event()
-        else:
+        if not sentences:
             yield NotHandled(text=SPOKEN[failure or "not_understood"]).event()
+            return
+        # what was said stands, whatever ended the turn
+        yield Handled(text="\n".join(sentences),
+                      context={CONTINUE_CONVERSATION: asked}).event()
+        if self.stream:
+            yield HandledStop().event()
 
 
-__all__ = ["WyomingBridge", "SPOKEN", "session_for"]
+__all__ = ["WyomingBridge", "SPOKEN", "CONTINUE_CONVERSATION", "session_for"]

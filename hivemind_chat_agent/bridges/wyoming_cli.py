@@ -54,9 +54,15 @@ def add_options(p):
                    help="one OVOS session per satellite/device instead of one per HA "
                         "conversation")
     p.add_argument("--stream", action="store_true",
-                   help="answer with HandledStart/HandledChunk/HandledStop as sentences "
-                        "arrive, and advertise it; only for clients that take them (Home "
-                        "Assistant's conversation agent, as of 2026, does not)")
+                   help="answer with HandledStart, a HandledChunk per sentence as it arrives, "
+                        "the full Handled, then HandledStop (the Wyoming spec's order), and "
+                        "advertise it; Home Assistant's conversation agent takes it (it reads "
+                        "the full Handled and skips the rest), clients that stream hear the "
+                        "first sentence sooner")
+    p.add_argument("--no-home-control", dest="home_control", action="store_false",
+                   help="do not advertise supports_home_control (advertised by default: "
+                        "Home Assistant 2026.6+ otherwise tells users the assistant cannot "
+                        "control the home); for hubs without a smart-home skill")
     p.add_argument("--zeroconf", nargs="?", const="", metavar="NAME",
                    help="announce the service over mDNS (_wyoming._tcp) so Home Assistant "
                         "discovers it; needs the zeroconf package")
@@ -104,7 +110,8 @@ def serve_from_cli(args, out, config: Dict[str, Any]) -> int:
     with serving.front_agent(config, "hivemind-chat-wyoming", churn_guard=args.churn_guard,
                              spare_connections=args.spare_connections) as agent:
         bridge = WyomingBridge(agent, args.languages, args.session_per_device,
-                               version=_version(), stream=args.stream)
+                               version=_version(), stream=args.stream,
+                               home_control=args.home_control)
         (host, port), guard = guard_for(args, turn_wait_of(bridge))
         out.info(f"Wyoming conversation service on tcp://{host}:{port}, answering "
                  f"{guard.gate.allow.describe()}: in Home Assistant, add the Wyoming "
