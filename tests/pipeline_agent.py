@@ -9,6 +9,7 @@ Utterances it understands (first word):
   hello                 one sentence
   count N               N sentences at once
   slow N SECONDS        N sentences, SECONDS apart
+  paced N SECONDS       N sentences SECONDS apart, the first at once
   fail                  complete_intent_failure, then handled
   cancel                ovos.utterance.cancelled, then handled
   silence               nothing at all
@@ -128,6 +129,11 @@ class PipelineAgent(AgentProtocol):
             for i in range(int(args[0])):
                 time.sleep(float(args[1]))
                 self._speak(loop, peer, message, f"slow sentence {i + 1}")
+        elif cmd == "paced":
+            for i in range(int(args[0])):
+                if i:
+                    time.sleep(float(args[1]))
+                self._speak(loop, peer, message, f"paced sentence {i + 1}")
         elif cmd == "fail":
             self._send(loop, peer, message.reply("complete_intent_failure", {}))
         elif cmd == "cancel":

@@ -5,10 +5,12 @@ import asyncio
 import os
 import subprocess
 import sys
+import time
 
 from fronts import exited_cleanly, reap
 from hubs import free_port, wait_listening
 from mcp import Client, StdioServerParameters
+from waiting import UNIT
 
 CLI = os.path.join(os.path.dirname(sys.executable), "hivemind-chat")
 
@@ -19,7 +21,11 @@ def hub_args(creds, port=None):
 
 
 def stdio(creds, port=None) -> StdioServerParameters:
-    return StdioServerParameters(command=CLI, args=["mcp", *hub_args(creds, port)])
+    """The command as an MCP client launches it. The SDK hands the child only a few
+    variables of ours (HOME, PATH...): PYTHONPATH is passed on, so the code under test is
+    what runs (a worktree's, not the installed checkout's)."""
+    extra = {"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else None
+    return StdioServerParameters(command=CLI, args=["mcp", *hub_args(creds, port)], env=extra)
 
 
 def run(coro):
@@ -50,7 +56,7 @@ def test_over_stdio_one_tool_that_remembers_and_knows_a_question(creds):
             question = await ask(client, "ask", conversation="q")
             assert question.structured_content == {
                 "answer": "what is your favourite colour?", "expect_response": True,
-                "conversation": "q"}
+                "conversation": "q", "complete": True}
             answer = await ask(client, "blue", conversation="q")
             assert answer.content[0].text == "blue is a fine colour"
             assert answer.structured_content["expect_response"] is False
@@ -91,6 +97,53 @@ def test_over_streamable_http_conversations_remember_and_stay_apart(creds):
                 question = await ask(second, "ask", "b")
                 assert question.structured_content["expect_response"] is True
         run(main())
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+def test_over_http_a_long_answer_comes_in_parts_within_the_budget(creds):
+    """Home Assistant's MCP client: 10 s per call, a new MCP session per call. A 3-sentence
+    answer spoken 4 s apart with --tool-timeout 3: the first call returns the first sentence
+    with complete: false within the budget, the turn goes on at the hub, and calls with an
+    empty utterance in that conversation return the rest, each sentence exactly once."""
+    budget = 3.0
+    port = free_port()
+    server = subprocess.Popen([CLI, "mcp", "--http", f"http://127.0.0.1:{port}",
+                               *hub_args(creds), "--tool-timeout", str(budget)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}/mcp"
+
+    async def call(utterance, conversation="story"):
+        async with Client(url) as client:       # a new session per call
+            start = time.monotonic()
+            result = await client.call_tool("ask", {"utterance": utterance,
+                                                    "conversation": conversation})
+            return result, time.monotonic() - start
+    within = budget + max(1.0, 3 * UNIT)
+    try:
+        wait_listening(port, proc=server, what="hivemind-chat mcp --http")
+        hello, _ = run(call("hello"))           # the conversation's connection is up
+        assert hello.structured_content["complete"] is True
+        first, took = run(call("paced 3 4"))
+        assert not first.is_error and took < within
+        assert first.structured_content == {"answer": "paced sentence 1",
+                                            "expect_response": False,
+                                            "conversation": "story", "complete": False}
+        assert "empty utterance" in first.content[0].text
+        parts, result = [first.structured_content["answer"]], first
+        for _ in range(6):                      # about 8 s of speech left, 3 s per call
+            if result.structured_content["complete"]:
+                break
+            result, took = run(call(""))
+            assert not result.is_error and took < within
+            parts.append(result.structured_content["answer"])
+        assert result.structured_content["complete"] is True
+        said = [line for part in parts for line in part.split("\n") if line]
+        assert said == ["paced sentence 1", "paced sentence 2", "paced sentence 3"]
+        nothing_left, _ = run(call(""))         # collected: nothing pending any more
+        assert nothing_left.is_error and "has none" in nothing_left.content[0].text
+        assert run(call("hello", "other"))[0].structured_content["answer"] == "hello there"
     finally:
         server.terminate()
         server.wait(10)

@@ -3,37 +3,46 @@ whose one tool, `ask`, puts an utterance to the OVOS hub through `HiveMindChatAg
 in Claude Desktop, Open WebUI or any MCP client can use the hub's skills.
 
     ask(utterance, conversation=None) -> the hub's sentences as text, and structured content
-        {"answer", "expect_response", "conversation"}: `expect_response` true means a skill
-        asked a question and the next `ask` of that conversation answers it.
+        {"answer", "expect_response", "conversation", "complete"}: `expect_response` true means
+        a skill asked a question and the next `ask` of that conversation answers it.
 
-`conversation` names an OVOS session (kept across calls). Without it: over stdio the process's
-own conversation (one client launched it); over HTTP the MCP session's, when the client has one
-(`Mcp-Session-Id`, protocols before 2026-07-28), else the server's default conversation: the
-2026-07-28 protocol is stateless over HTTP, so clients that share a server should name theirs.
-The result names the conversation it ran in; names are at most MAX_CONVERSATION bytes.
-Over stdio by default (what desktop clients launch), streamable HTTP with `--http`: behind
-bridges/http_front's guard like the OpenAI front (Host and Origin checked on every bind
-address, and by the SDK's own TransportSecuritySettings with explicit lists; off loopback a
-Bearer key is required; each key its own conversations; deadlines and caps), and a caller who
-hangs up stops its turn. A hub failure is a tool error naming the hub and the failure, for the
-model to read (the agent's full message, which may quote addresses or paths, goes to the log).
+MCP clients give a call a time budget (Home Assistant: 10 s): an answer still being spoken at
+`--tool-timeout` (default 8 s) is returned in part with `complete: false`, the turn goes on at
+the hub, and an `ask` with an empty utterance in that conversation returns the rest
+(bridges/mcp_asks.py). `conversation` names an OVOS session (kept across calls). Without it:
+over stdio the process's own conversation (one client launched it); over HTTP the MCP
+session's, when the client has one (`Mcp-Session-Id`, protocols before 2026-07-28), else the
+server's default conversation: the 2026-07-28 protocol is stateless over HTTP, so clients that
+share a server should name theirs. The result names the conversation it ran in; names are at
+most MAX_CONVERSATION bytes. Over stdio by default (what desktop clients launch), streamable
+HTTP with `--http`: behind bridges/http_front's guard like the OpenAI front (Host and Origin
+checked on every bind address, and by the SDK's own TransportSecuritySettings with explicit
+lists; off loopback a Bearer key is required; each key its own conversations; deadlines and
+caps), and a caller who hangs up stops its turn. A hub failure is a tool error naming the hub
+and the failure, for the model to read (the agent's full message, which may quote addresses or
+paths, goes to the log).
 """
 import uuid
 from collections import OrderedDict
 from typing import Any, Dict, Optional
 
 from hivemind_chat_agent.bridges import http_front, serving
+from hivemind_chat_agent.bridges.mcp_asks import (
+    DEFAULT_BUDGET,
+    DEFAULT_KEEP_FOR,
+    DEFAULT_PER_CALLER,
+    BudgetedAsks,
+)
 from hivemind_chat_agent.errors import HiveMindChatError
 
-MAX_CONVERSATION = 200      # bytes (UTF-8) of a conversation name: its session id, with the
-                            # caller's name, stays within core/limits.MAX_ID_BYTES
 MCP_PATH = "/mcp"
 
 TOOL_DESCRIPTION = (
     "Say something to the OVOS voice assistant hub (its skills: time, weather, timers, "
     "alarms, music, smart home, or whatever it runs) and get its spoken answer. When "
     "expect_response is true the assistant asked a question: answer it with another ask in "
-    "the same conversation.")
+    "the same conversation. When complete is false the assistant is still speaking: call ask "
+    "again with an empty utterance and the same conversation for the rest.")
 
 
 class ConversationNames:
@@ -56,29 +65,19 @@ class ConversationNames:
         return name
 
 
-async def ask_hub(agent, utterance: str, conversation: str,
-                  caller: str = "") -> Dict[str, Any]:
-    """One turn in `caller`'s `conversation`; the structured result. Raises ValueError for an
-    empty utterance or a name too long, and HiveMindChatError for a hub failure. Cancelled
-    (the HTTP caller hung up: the SDK cancels the call), the turn is stopped at the hub."""
-    if not utterance or not utterance.strip():
-        raise ValueError("utterance must not be empty")
-    if len(conversation.encode()) > MAX_CONVERSATION:
-        raise ValueError(f"a conversation name has at most {MAX_CONVERSATION} bytes of UTF-8")
-    session = f"mcp:{caller}:{conversation}" if caller else f"mcp:{conversation}"
-    turn = await agent.abegin([{"role": "user", "content": utterance}], session_id=session)
-    try:
-        sentences = [sentence async for sentence in turn]
-    finally:
-        turn.terminate()        # a no-op once the turn has ended
-    error = turn.get_exception()
-    if error is not None and not sentences:
-        raise error
-    return {"answer": "\n".join(sentences), "expect_response": bool(turn.expect_response),
-            "conversation": conversation}
+def answer_text(result: Dict[str, Any]) -> str:
+    """The result's text content, what a model reads first: the sentences, and when the answer
+    is unfinished how to get the rest."""
+    text = result["answer"]
+    if not result["complete"]:
+        hint = ("(the assistant is still speaking: call ask with an empty utterance and "
+                f"conversation {result['conversation']!r} for the rest)")
+        return f"{text}\n{hint}" if text else hint
+    return text or "(the hub had no answer)"
 
 
-def build_server(agent, names: Optional[ConversationNames] = None):
+def build_server(agent, names: Optional[ConversationNames] = None,
+                 asks: Optional[BudgetedAsks] = None):
     from mcp.server.mcpserver import Context, MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
     from mcp_types import CallToolResult, TextContent
@@ -86,6 +85,7 @@ def build_server(agent, names: Optional[ConversationNames] = None):
 
     from hivemind_chat_agent.bridges.hub_failures import hub_address, hub_failure
     names = names or ConversationNames()
+    asks = asks or BudgetedAsks(agent)
     hub = hub_address(agent)
     server = MCPServer(name="hivemind-chat", instructions=TOOL_DESCRIPTION,
                        log_level="WARNING")
@@ -94,20 +94,20 @@ def build_server(agent, names: Optional[ConversationNames] = None):
         answer: str
         expect_response: bool
         conversation: str
+        complete: bool
 
     @server.tool(description=TOOL_DESCRIPTION)
     async def ask(utterance: str, ctx: Context, conversation: Optional[str] = None) -> Answer:
         name = (conversation or "").strip() or names.default_for(_session_of(ctx))
         scope = _scope_of(ctx)
         try:
-            result = await ask_hub(agent, utterance, name, scope.get(http_front.CALLER, ""))
+            result = await asks.ask(utterance, name, scope.get(http_front.CALLER, ""))
         except ValueError as e:
             raise ToolError(str(e)) from None
         except HiveMindChatError as e:      # the hub and the failure; the details to the log
             raise ToolError(hub_failure(e, hub).message) from None
-        text = result["answer"] or "(the hub had no answer)"
         # the SDK sends a CallToolResult as it is; `Answer` above declares its output schema
-        return CallToolResult(content=[TextContent(type="text", text=text)],  # type: ignore[return-value]
+        return CallToolResult(content=[TextContent(type="text", text=answer_text(result))],  # type: ignore[return-value]
                               structured_content=result)
 
     return server
@@ -140,9 +140,49 @@ def add_options(p):
                    metavar="URI", help="serve streamable HTTP at URI (default "
                    "http://127.0.0.1:8765, path /mcp) instead of stdio; another address "
                    "than loopback needs an API key")
+    p.add_argument("--tool-timeout", type=_seconds, default=DEFAULT_BUDGET, metavar="SECONDS",
+                   help=f"the time budget of one ask (default {DEFAULT_BUDGET:g}: Home "
+                   "Assistant gives a tool call 10 s): an answer still being spoken then is "
+                   "returned in part with complete: false, and an ask with an empty utterance "
+                   "in that conversation returns the rest")
+    p.add_argument("--keep-unfinished", type=_seconds, default=DEFAULT_KEEP_FOR,
+                   metavar="SECONDS", help="an unfinished answer nobody comes back for is "
+                   f"stopped and forgotten this long after its last part (default "
+                   f"{DEFAULT_KEEP_FOR:g})")
+    p.add_argument("--max-unfinished-per-caller", type=_count, default=DEFAULT_PER_CALLER,
+                   metavar="N", help="unfinished answers kept per caller (default "
+                   f"{DEFAULT_PER_CALLER}); a new one stops the oldest")
     serving.add_key_options(p)
     http_front.add_limit_options(p)
     return p
+
+
+def _seconds(text: str) -> float:
+    import argparse
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds above 0, not {text!r}")
+    return value
+
+
+def _count(text: str) -> int:
+    import argparse
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, not {text!r}")
+    return value
+
+
+def asks_from(args, agent) -> BudgetedAsks:
+    """The `ask` tool's turns with the command line's budget and bounds."""
+    return BudgetedAsks(agent, args.tool_timeout, args.keep_unfinished,
+                        args.max_unfinished_per_caller)
 
 
 def _bracketed(host: str) -> str:
@@ -253,14 +293,14 @@ def serve_from_cli(args, out, config: Dict[str, Any]) -> int:
     keys do not do, and a stop signal drains the calls in flight."""
     if args.http is None:
         with serving.front_agent(config, "hivemind-chat-mcp") as agent:
-            server = build_server(agent)
+            server = build_server(agent, asks=asks_from(args, agent))
             return serving.serve_until_signalled(
                 lambda stopping: serve_stdio(server, stopping), "stdio")
     where = serving.parse_uri(args.http, "--http", ("http",), "http://127.0.0.1:8765")
     guard = http_front.guard_from_cli(args, where.host, "MCP server")
     limits = http_front.limits_from(args)
     with serving.front_agent(config, "hivemind-chat-mcp") as agent:
-        app = http_app(build_server(agent), guard, limits)
+        app = http_app(build_server(agent, asks=asks_from(args, agent)), guard, limits)
         out.info(f"MCP server (streamable HTTP) on http://{where.host}:{where.port}{MCP_PATH}"
                  + (f"; {len(guard.keys)} API key(s)" if guard.keys
                     else "; no API key: loopback only"))
