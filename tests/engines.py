@@ -2,17 +2,18 @@
 
 Commands (first word): hello | history | count N | slow N SECONDS | talk N SECONDS | stops |
 talking | answering | wait SECONDS | raise | hang SECONDS | empty | remember WORDS | recall |
-whoami | lang | units | note WORDS | notes; anything else is echoed. "note"/"notes" keep their
-words in the turn's OVOS Session (intent context), as skills keep their state, instead of in the
-engine.
+whoami | lang | units | note WORDS | notes | asked; anything else is echoed. "note"/"notes" keep
+their words in the turn's OVOS Session (intent context), as skills keep their state, instead of
+in the engine.
 
 "talk" is a long answer that a satellite's stop ends: the engine notes (kind, time.monotonic())
 when its generator is closed ("closed"), when `stop_session` is called ("stop_session") and when
 the answer returned because of it ("returned"), and
 "stops" answers that list as JSON (CLOCK_MONOTONIC is one clock for every process here);
-"talking" how many "talk" answers are going on now, "answering" how many answers of any kind
-besides itself (a test waits for that to reach 0 instead of sleeping until an answer must have
-ended).
+"asked" every utterance the engine was run with before it, as JSON (what a front let reach
+the hub); "talking" how many "talk" answers are going on now, "answering" how many answers of
+any kind besides itself (a test waits for that to reach 0 instead of sleeping until an answer
+must have ended).
 """
 import json
 import threading
@@ -90,6 +91,9 @@ class ScriptEngine(ChatEngine):
         elif cmd == "stops":
             with self.lock:
                 yield json.dumps(self.stops)
+        elif cmd == "asked":
+            with self.lock:
+                yield json.dumps(self.asked[:-1])
         elif cmd == "talking":
             with self.lock:
                 yield str(len(self.talking))

@@ -23,12 +23,14 @@ from typing import Any, AsyncIterator, Dict, List, Optional, Tuple
 from ovos_utils.log import LOG
 
 from hivemind_chat_agent.bridges.hub_failures import hub_address, hub_failure
+from hivemind_chat_agent.core import background_tasks
 from hivemind_chat_agent.core.openai_conversations import (
     Continuation,
     ConversationIndex,
     content_text,
 )
 from hivemind_chat_agent.core.outcomes import TurnStatus
+from hivemind_chat_agent.core.usage import usage
 from hivemind_chat_agent.errors import HiveMindChatError
 
 MODEL = "hivemind-chat"
@@ -124,22 +126,37 @@ class OpenAIBridge:
                             self.agent.session_snapshot(where.session_id))
 
     async def complete(self, caller: str, headers: Dict[str, str], body: Any) -> Dict[str, Any]:
-        key, text, messages, where = self._begin(caller, headers, body)
-        answer = "\n".join([s async for s in self.sentences(text, where)])
-        self.remember(key, where, messages, answer)
+        """The answer as one chat.completion; a background task (core/background_tasks) is
+        answered here, without a turn."""
+        text, messages = utterance_of(body)
+        task = background_tasks.recognise(messages, headers)
+        if task is not None:
+            answer = background_tasks.answer(task)
+        else:
+            where = self.continuation(caller, headers, body, messages)
+            answer = "\n".join([s async for s in self.sentences(text, where)])
+            self.remember(caller, where, messages, answer)
         return {"id": completion_id(), "object": "chat.completion", "created": int(time.time()),
                 "model": model_of(body),
                 "choices": [{"index": 0, "finish_reason": "stop",
                              "message": {"role": "assistant", "content": answer}}],
-                "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}}
+                "usage": usage(prompt_texts(messages), answer)}
 
     async def stream(self, caller: str, headers: Dict[str, str],
                      body: Any) -> AsyncIterator[str]:
-        """SSE `data:` lines: the role, one chunk per sentence, the finish, `[DONE]`. Raises
-        APIError only before the first line (then the response is an error object)."""
-        key, text, messages, where = self._begin(caller, headers, body)
+        """SSE `data:` lines: the role, one chunk per sentence, the finish, with
+        `stream_options.include_usage` a last chunk with `choices: []` and the usage, then
+        `[DONE]`. Raises APIError only before the first line (then the response is an error
+        object). A background task is answered in one chunk, without a turn."""
+        text, messages = utterance_of(body)
         chunk = chunk_maker(model_of(body))
-        sentences = self.sentences(text, where)
+        task = background_tasks.recognise(messages, headers)
+        where: Optional[Continuation] = None
+        if task is not None:
+            sentences = one(background_tasks.answer(task))
+        else:
+            where = self.continuation(caller, headers, body, messages)
+            sentences = self.sentences(text, where)
         said: List[str] = []
         try:
             first = await sentences.__anext__()
@@ -159,13 +176,27 @@ class OpenAIBridge:
             yield sse(e.body())
         finally:
             await sentences.aclose()   # type: ignore[attr-defined]  # an async generator
+        answer = "\n".join(said)
         yield sse(chunk({}, finish="stop"))
+        if wants_usage(body):
+            yield sse(dict(chunk({}), choices=[], usage=usage(prompt_texts(messages), answer)))
         yield "data: [DONE]\n\n"
-        self.remember(key, where, messages, "\n".join(said))
+        if where is not None:
+            self.remember(caller, where, messages, answer)
 
-    def _begin(self, caller: str, headers: Dict[str, str], body: Any):
-        text, messages = utterance_of(body)
-        return caller, text, messages, self.continuation(caller, headers, body, messages)
+
+async def one(text: str) -> AsyncIterator[str]:
+    yield text
+
+
+def prompt_texts(messages: List[Dict[str, Any]]) -> List[str]:
+    """What core/usage counts as the prompt: every message's text."""
+    return [content_text(m.get("content")) for m in messages]
+
+
+def wants_usage(body: Dict[str, Any]) -> bool:
+    options = body.get("stream_options")
+    return isinstance(options, dict) and options.get("include_usage") is True
 
 
 def model_of(body: Dict[str, Any]) -> str:

@@ -1,0 +1,107 @@
+"""`hivemind-chat openai` as real clients use it, against genuine hubs of both generations
+running our plugin with tests/engines.py's ScriptEngine, which records every utterance it is
+asked ("asked"): Open WebUI's and LibreChat's background tasks (their real default prompts,
+tests/data) never reach the hub and each answer parses as that client parses it; usage is
+counted, and `stream_options.include_usage` gets one usage chunk (the official `openai`
+client)."""
+import json
+
+import pytest
+from fronts import running
+from hubs import HubProcess, hub_generations, plugin_config
+from task_prompts import (
+    OPEN_WEBUI_TASKS,
+    librechat_title_prompt,
+    open_webui_parse,
+    open_webui_prompt,
+)
+
+from hivemind_chat_agent.core.usage import count_tokens
+
+pytestmark = pytest.mark.hub
+
+CHAT = [("user", "turn on the heater"), ("assistant", "you said turn on the heater")]
+
+
+@pytest.fixture(scope="module", params=hub_generations())
+def script_hub(request):
+    hub = HubProcess(plugin_config(timeout=10, workers=4), generation=request.param).start()
+    yield hub
+    hub.cleanup()
+
+
+@pytest.fixture
+def front(script_hub, make_agent):
+    with running(make_agent(script_hub.add_client().agent_config(timeout=10))) as server:
+        yield server
+
+
+def asked(client):
+    """What the hub's engine was asked so far (these questions themselves left out)."""
+    reply = client.chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "asked"}], user="probe")
+    return [text for text in json.loads(reply.choices[0].message.content) if text != "asked"]
+
+
+def ask(client, text, headers=None, stream=False):
+    """The assistant's content for one user message, plain or streamed."""
+    kw = {"extra_headers": headers} if headers else {}
+    messages = [{"role": "user", "content": text}]
+    if not stream:
+        reply = client.chat.completions.create(model="m", messages=messages, **kw)
+        return reply.choices[0].message.content
+    return "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(
+        model="m", messages=messages, stream=True, **kw) if c.choices)
+
+
+def test_background_tasks_never_reach_the_hub_and_parse_as_their_clients_parse(front):
+    client = front.client()
+    before = asked(client)
+    assert ask(client, CHAT[0][1]) == CHAT[1][1]                  # the chat itself: a turn
+    for task in sorted(OPEN_WEBUI_TASKS):
+        prompt = open_webui_prompt(task, CHAT)
+        for headers in (None, {"X-OpenWebUI-Task": task}):
+            for stream in (False, True):
+                parsed = open_webui_parse(task, ask(client, prompt, headers, stream))
+                if task == "title_generation":
+                    assert parsed == "Turn On The Heater", (headers, stream)
+                elif task == "emoji_generation":
+                    assert parsed and len(parsed) <= 2
+                else:
+                    assert parsed in ([], ""), (task, headers, parsed)
+    # Open WebUI with its task header on: an ordinary chat message carries it empty
+    assert ask(client, "hello", {"X-OpenWebUI-Task": ""}) == "hello there"
+    librechat = ask(client, librechat_title_prompt("turn on the heater",
+                                                   "you said turn on the heater"))
+    assert librechat == "Turn On The Heater"      # LibreChat takes the content as the title
+    titled = client.chat.completions.create(
+        model="m", extra_headers={"X-HiveMind-Task": "title"},
+        messages=[{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi"},
+                  {"role": "user", "content": "a title"}])
+    assert titled.choices[0].message.content == "Hello"
+    # a custom task prompt the server cannot recognise goes to the hub
+    custom = "Summarise this chat in one line: USER: turn on the heater"
+    assert ask(client, custom) == f"you said {custom}"
+    assert asked(client)[len(before):] == [CHAT[0][1], "hello", custom]
+
+
+def test_usage_is_counted_and_include_usage_sends_one_last_usage_chunk(front):
+    client = front.client()
+    messages = [{"role": "system", "content": "be brief"},
+                {"role": "user", "content": "count 3"}]
+    plain = client.chat.completions.create(model="m", messages=messages)
+    answer = plain.choices[0].message.content
+    assert answer == "sentence 1\nsentence 2\nsentence 3"
+    assert (plain.usage.prompt_tokens, plain.usage.completion_tokens,
+            plain.usage.total_tokens) == (4, 6, 10) == (
+        count_tokens("be brief") + count_tokens("count 3"), count_tokens(answer), 10)
+    chunks = list(client.chat.completions.create(
+        model="m", messages=messages, stream=True, stream_options={"include_usage": True}))
+    with_usage = [c for c in chunks if c.usage is not None]
+    assert with_usage == [chunks[-1]] and chunks[-1].choices == []
+    assert chunks[-1].usage.model_dump(include={"prompt_tokens", "completion_tokens",
+                                                "total_tokens"}) == \
+        {"prompt_tokens": 4, "completion_tokens": 6, "total_tokens": 10}
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == answer
+    without = list(client.chat.completions.create(model="m", messages=messages, stream=True))
+    assert all(c.usage is None for c in without) and all(c.choices for c in without)
