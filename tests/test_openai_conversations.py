@@ -1,5 +1,9 @@
 """core/openai_conversations: which OVOS session an OpenAI chat request continues (no I/O)."""
-from hivemind_chat_agent.core.openai_conversations import ConversationIndex, content_text
+from hivemind_chat_agent.core.openai_conversations import (
+    Continuation,
+    ConversationIndex,
+    content_text,
+)
 
 
 def user(text):
@@ -109,3 +113,29 @@ def test_a_fork_starts_from_the_snapshot_of_the_answer_it_continues():
     assert book.snapshot(live)["session_id"] == live
     for sid in (live, fork, "oc-other"):
         book.forget(sid)
+
+
+def test_a_previous_response_id_continues_its_session_or_forks_like_a_history():
+    """The Responses API's previous_response_id: the latest response of a session continues
+    it, an older one forks from the state saved there, an id given to another key is unknown;
+    a named turn since makes every earlier response of that session older."""
+    index = ConversationIndex()
+    first = index.continuation("k", {}, None, [user("note tea")])
+    index.answered("k", first.session_id, [user("note tea")], "noted", {"at": 1},
+                   response_id="resp_1")
+    assert index.after_response("k", "resp_1") == first
+    assert index.after_response("k2", "resp_1") is None
+    assert index.after_response("k", "resp_unknown") is None
+    # the history of that answer still continues in place too (both are its latest)
+    assert index.continuation("k", {}, None, [user("note tea"), assistant("noted"),
+                                              user("notes")]) == first
+    index.answered("k", first.session_id, None, "noted", {"at": 2}, response_id="resp_2")
+    fork = index.after_response("k", "resp_1")
+    assert fork.session_id != first.session_id and fork.start_from == {"at": 1}
+    assert index.after_response("k", "resp_2") == first
+    named = index.named("k", "conversation:c")
+    assert named.named and named == index.named("k", "conversation:c")
+    index.answered("k", named.session_id, None, "noted", {"at": 3}, response_id="resp_3")
+    assert index.after_response("k", "resp_3") == Continuation(named.session_id)
+    index.moved_on(named.session_id)
+    assert index.after_response("k", "resp_3").session_id != named.session_id

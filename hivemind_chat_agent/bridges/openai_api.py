@@ -9,6 +9,10 @@ the agent (`session_snapshot`, `seed_session`), never in OVOS's SessionManager d
 
     GET  /v1/models              one model, "hivemind-chat" (any model name is accepted)
     POST /v1/chat/completions    plain or `stream: true` (SSE chunks, then `data: [DONE]`)
+    POST /v1/responses           bridges/openai_responses.py, through this bridge's turns
+
+A chat app's background task (a title, tags ...: core/background_tasks) is answered here
+without a turn; `usage` is counted by core/usage's rule.
 
 Who may call it (Host, Origin, keys, caps) is bridges/http_front's and core/front_guard's
 business: a request reaches this bridge with its caller named. Errors are OpenAI error objects
@@ -60,17 +64,23 @@ def utterance_of(body: Any) -> Tuple[str, List[Dict[str, Any]]]:
     body is not a chat request."""
     if not isinstance(body, dict):
         raise APIError(400, "the body must be a JSON object")
-    messages = body.get("messages")
+    return last_user_text(body.get("messages"), "messages", "invalid_messages"), \
+        body["messages"]
+
+
+def last_user_text(messages: Any, field: str, code: str) -> str:
+    """The text of the last of `messages`, which must be the user's: what every front of
+    this API sends the hub as the utterance; APIError 400 naming `field` otherwise."""
     if not isinstance(messages, list) or not messages or \
             not all(isinstance(m, dict) for m in messages):
-        raise APIError(400, "'messages' must be a non-empty list of message objects",
-                       code="invalid_messages")
+        raise APIError(400, f"'{field}' must be a non-empty list of message objects",
+                       code=code)
     last = messages[-1]
     text = content_text(last.get("content")).strip()
     if last.get("role") != "user" or not text:
-        raise APIError(400, "the last message must be the user's, with text",
-                       code="invalid_messages")
-    return text, messages
+        raise APIError(400, f"the last message of '{field}' must be the user's, with text",
+                       code=code)
+    return text
 
 
 class OpenAIBridge:
@@ -120,8 +130,9 @@ class OpenAIBridge:
 
     def remember(self, key: str, where: Continuation, messages: List[Dict[str, Any]],
                  answer: str) -> None:
-        if where.named:
-            return          # named conversations are found by their name
+        if where.named:     # found by its name; an earlier answer's id now forks
+            self.index.moved_on(where.session_id)
+            return
         self.index.answered(key, where.session_id, messages, answer,
                             self.agent.session_snapshot(where.session_id))
 

@@ -1,16 +1,20 @@
 """`hivemind-chat openai`, the HTTP server: Starlette routes around bridges/openai_api's
-OpenAIBridge, behind bridges/http_front's guard (Host, Origin, Content-Type and keys checked
-before the body is read; bounded bodies; a caller who hangs up stops its turn), served by
-uvicorn with deadlines and connection caps, and the command line, in bridges/serving's
-shell. Nothing here decides anything a test of the bridge could not see."""
+OpenAIBridge (/v1/chat/completions) and bridges/openai_responses' ResponsesAPI (/v1/responses,
+through the same bridge), both behind bridges/http_front's guard (Host, Origin, Content-Type
+and keys checked before the body is read; bounded bodies; requests in flight counted per
+caller; a caller who hangs up stops its turn), served by uvicorn with deadlines and connection
+caps, and the command line, in bridges/serving's shell. Nothing here decides anything a test
+of the bridge could not see."""
 import json
 from typing import Any, Dict, Optional
 
 from hivemind_chat_agent.bridges import http_front, serving
 from hivemind_chat_agent.bridges.openai_api import APIError, OpenAIBridge, first_line, models
+from hivemind_chat_agent.bridges.openai_responses import ResponsesAPI
 from hivemind_chat_agent.core.front_guard import FrontGuard, Refusal
 
 TURN_PATH = "/v1/chat/completions"
+RESPONSES_PATH = "/v1/responses"
 
 
 def create_app(bridge: OpenAIBridge):
@@ -25,21 +29,38 @@ def create_app(bridge: OpenAIBridge):
     async def list_models(request):
         return JSONResponse(models())
 
-    async def chat_completions(request):
-        headers = _headers(request)
-        caller = request.scope.get(http_front.CALLER, "")
-        try:
-            body = _json_body(await request.body())
-            if body.get("stream") is True:
-                line, lines = await first_line(bridge.stream(caller, headers, body))
-                return StreamingResponse(_prepend(line, lines), media_type="text/event-stream",
-                                         headers={"Cache-Control": "no-cache"})
-            return JSONResponse(await bridge.complete(caller, headers, body))
-        except APIError as e:
-            return error(e)
+    def turn_route(api):
+        """A POST answered by `api` (its `complete`/`create` and `stream`), plain or
+        streamed: the same body checks, and an error before the first event as a status."""
+        async def answer(request):
+            headers = _headers(request)
+            caller = request.scope.get(http_front.CALLER, "")
+            try:
+                body = _json_body(await request.body())
+                if body.get("stream") is True:
+                    line, lines = await first_line(api.stream(caller, headers, body))
+                    return StreamingResponse(_prepend(line, lines),
+                                             media_type="text/event-stream",
+                                             headers={"Cache-Control": "no-cache"})
+                return JSONResponse(await api.answer(caller, headers, body))
+            except APIError as e:
+                return error(e)
+        return answer
 
-    return Starlette(routes=[Route("/v1/models", list_models, methods=["GET"]),
-                             Route(TURN_PATH, chat_completions, methods=["POST"])])
+    return Starlette(routes=[
+        Route("/v1/models", list_models, methods=["GET"]),
+        Route(TURN_PATH, turn_route(_Chat(bridge)), methods=["POST"]),
+        Route(RESPONSES_PATH, turn_route(_Responses(ResponsesAPI(bridge))), methods=["POST"])])
+
+
+class _Chat:
+    def __init__(self, bridge: OpenAIBridge):
+        self.answer, self.stream = bridge.complete, bridge.stream
+
+
+class _Responses:
+    def __init__(self, api: ResponsesAPI):
+        self.answer, self.stream = api.create, api.stream
 
 
 def openai_error(refusal: Refusal) -> Dict[str, Any]:
@@ -53,7 +74,8 @@ def openai_error(refusal: Refusal) -> Dict[str, Any]:
 def guarded_app(bridge: OpenAIBridge, guard: FrontGuard,
                 limits: http_front.Limits = http_front.Limits()):
     return http_front.GuardedApp(create_app(bridge), guard, openai_error,
-                                 turn_paths=(TURN_PATH,), max_body=limits.max_body)
+                                 turn_paths=(TURN_PATH, RESPONSES_PATH),
+                                 max_body=limits.max_body)
 
 
 def _headers(request) -> Dict[str, str]:
@@ -91,8 +113,9 @@ async def serve(bridge: OpenAIBridge, host: str, port: int, guard: Optional[Fron
 # ---- the command line (bridges/cli.py hands `hivemind-chat openai` here) ----
 def add_options(p):
     p.prog = "hivemind-chat openai"
-    p.description = ("Serve the OpenAI chat completions API (Open WebUI, LibreChat, the openai "
-                     "client) answered by the OVOS hub: each request's last message is a turn.")
+    p.description = ("Serve the OpenAI chat completions and Responses APIs (Open WebUI, "
+                     "LibreChat, n8n, the openai client) answered by the OVOS hub: each "
+                     "request's last message is a turn; background tasks are answered here.")
     p.add_argument("--uri", default="http://127.0.0.1:8080",
                    help="where to listen (default http://127.0.0.1:8080); another address "
                         "than loopback needs an API key")

@@ -5,7 +5,8 @@ the hub keeps a conversation in its OVOS Session: a request must be mapped to on
 In order of precedence:
 
 1. a name the client gives: the `X-OpenWebUI-Chat-Id` header (Open WebUI with its user-info
-   headers on), `X-Conversation-Id` (LibreChat's custom headers, scripts), the body's `user`.
+   headers on), `X-Conversation-Id` (LibreChat's custom headers, scripts), the body's `user`
+   (the Responses API's `conversation` too, through `named`).
    A named conversation continues from its name alone, whatever history the request carries.
 2. the history itself: for every answer given, `ConversationIndex` remembers a digest of the
    conversation up to and including that answer, with the Session as it was then. A request
@@ -14,6 +15,8 @@ In order of precedence:
    another chat's opening) forks: a session of its own, started from the state saved at that
    answer, never the live one. Two chats that began alike (same question, same answer) share a
    digest; a request matching both forks the same way, from their common state.
+   The Responses API's `previous_response_id` follows the same rule with the response's id in
+   place of the history (`after_response`).
 3. anything else starts a new session.
 
 Sessions are per caller (each API key is one: one key never reaches another's conversations),
@@ -27,7 +30,7 @@ import secrets
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 NAME_HEADERS = ("x-openwebui-chat-id", "x-conversation-id")
 MAX_NAME = 200          # characters of a client-given conversation name that count
@@ -53,7 +56,8 @@ class ConversationIndex:
         self.max_entries = max_entries
         self._secret = secret or secrets.token_bytes(32)
         self._answered: "OrderedDict[str, _Answered]" = OrderedDict()
-        self._latest: "OrderedDict[str, str]" = OrderedDict()   # session -> its last digest
+        # session -> the digests of its latest answer (its history's, its response id's)
+        self._latest: "OrderedDict[str, Tuple[str, ...]]" = OrderedDict()
 
     def continuation(self, caller: str, headers: Mapping[str, str], user: Any,
                      messages: List[Dict[str, Any]]) -> Continuation:
@@ -61,36 +65,65 @@ class ConversationIndex:
         and `messages` (the last one: the new utterance) continues."""
         name = client_name(headers, user)
         if name is not None:
-            return Continuation(self._session_id(caller, "name", name), named=True)
+            return self.named(caller, name)
         earlier = messages[:-1]
         if earlier:
-            digest = self._digest(caller, earlier)
-            entry = self._answered.get(digest)
-            if entry is not None:
-                self._answered.move_to_end(digest)
-                live = set(entry.sessions)
-                if len(live) == 1 and self._latest.get(entry.sessions[0]) == digest:
-                    return Continuation(entry.sessions[0])
-                return Continuation(new_session_id(), start_from=entry.state)
+            found = self._after(self._digest(caller, earlier))
+            if found is not None:
+                return found
         return Continuation(new_session_id())
 
-    def answered(self, caller: str, session_id: str, messages: List[Dict[str, Any]],
-                 answer: str, state: Optional[Dict[str, Any]] = None) -> None:
-        """`session_id` answered `messages` with `answer`; `state`: its Session after it."""
-        history = list(messages) + [{"role": "assistant", "content": answer}]
-        key = self._digest(caller, history)
-        entry = self._answered.get(key)
+    def named(self, caller: str, name: str) -> Continuation:
+        """The conversation `caller` calls `name`: the same session whenever it is named."""
+        return Continuation(self._session_id(caller, "name", name), named=True)
+
+    def after_response(self, caller: str, response_id: str) -> Optional[Continuation]:
+        """Where a request continuing the answer `response_id` runs (the Responses API's
+        `previous_response_id`), by the same rule as a history: that session if it is the
+        session's latest answer, else a fork from the state saved at it. None for an id this
+        caller was never given (or one forgotten)."""
+        return self._after(self._response_digest(caller, response_id))
+
+    def _after(self, digest: str) -> Optional[Continuation]:
+        entry = self._answered.get(digest)
         if entry is None:
-            self._answered[key] = _Answered([session_id], state)
-        elif session_id not in entry.sessions:
-            entry.sessions.append(session_id)
-        self._answered.move_to_end(key)
-        self._latest[session_id] = key
+            return None
+        self._answered.move_to_end(digest)
+        if len(set(entry.sessions)) == 1 and \
+                digest in self._latest.get(entry.sessions[0], ()):
+            return Continuation(entry.sessions[0])
+        return Continuation(new_session_id(), start_from=entry.state)
+
+    def answered(self, caller: str, session_id: str, messages: Optional[List[Dict[str, Any]]],
+                 answer: str, state: Optional[Dict[str, Any]] = None,
+                 response_id: Optional[str] = None) -> None:
+        """`session_id` answered `messages` with `answer` (as `response_id`, if it has one);
+        `state`: its Session after it. `messages` None: remember the response id alone (a
+        named conversation is found by its name, not its history)."""
+        keys = []
+        if messages is not None:
+            history = list(messages) + [{"role": "assistant", "content": answer}]
+            keys.append(self._digest(caller, history))
+        if response_id is not None:
+            keys.append(self._response_digest(caller, response_id))
+        for key in keys:
+            entry = self._answered.get(key)
+            if entry is None:
+                self._answered[key] = _Answered([session_id], state)
+            elif session_id not in entry.sessions:
+                entry.sessions.append(session_id)
+            self._answered.move_to_end(key)
+        self._latest[session_id] = tuple(keys)
         self._latest.move_to_end(session_id)
         while len(self._answered) > self.max_entries:
             self._answered.popitem(last=False)
         while len(self._latest) > self.max_entries:
             self._latest.popitem(last=False)
+
+    def moved_on(self, session_id: str) -> None:
+        """`session_id` answered again without anything to remember (a named turn): no
+        earlier answer of it is its latest any more, so continuing one forks."""
+        self._latest.pop(session_id, None)
 
     def __len__(self) -> int:
         return len(self._answered)
@@ -105,6 +138,10 @@ class ConversationIndex:
                           hashlib.sha256).hexdigest()
         return f"openai-{digest[:24]}"
 
+    def _response_digest(self, caller: str, response_id: str) -> str:
+        text = json.dumps([caller, "response", response_id])
+        return hmac.new(self._secret, text.encode(), hashlib.sha256).hexdigest()
+
 
 def client_name(headers: Mapping[str, str], user: Any) -> Optional[str]:
     """The conversation's name as the client gives it, or None."""
@@ -117,13 +154,16 @@ def client_name(headers: Mapping[str, str], user: Any) -> Optional[str]:
     return None
 
 
+TEXT_PARTS = ("text", "input_text", "output_text")     # chat completions', the Responses API's
+
+
 def content_text(content: Any) -> str:
     """A message's text: a string, or the text parts of a list of content parts."""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
         return "".join(part.get("text", "") for part in content
-                       if isinstance(part, dict) and part.get("type") == "text"
+                       if isinstance(part, dict) and part.get("type") in TEXT_PARTS
                        and isinstance(part.get("text"), str))
     return ""
 
