@@ -194,10 +194,10 @@ def main():
         TABLE.header()
         TABLE.row(f"first streamed sentence, median of {args.turns}", ms(s),
                   f"stream_sentences {ms(d)}", "<= 1.1x + 5 ms", s <= 1.1 * d + 0.005)
-        TABLE.row("/v1/responses streamed, first delta", ms(r),
-                  f"stream_sentences {ms(d)}", "<= 1.1x + 5 ms", r <= 1.1 * d + 0.005)
         print(f"  the same through the official openai client: {ms(o)} (not graded: the "
               "client library's own CPU)")
+        TABLE.row("/v1/responses streamed, first delta", ms(r),
+                  f"stream_sentences {ms(d)}", "<= 1.1x + 5 ms", r <= 1.1 * d + 0.005)
         alone = statistics.median(first_streamed(client, "recall", f"alone-{i}")
                                   for i in range(5))
         wall, answers = asyncio.run(fifty_at_once(port))
