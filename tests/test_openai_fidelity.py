@@ -189,3 +189,19 @@ def test_responses_errors_are_openai_error_objects_and_tasks_stay_off_the_hub(fr
                                     extra_headers={"X-OpenWebUI-Task": "title_generation"})
     assert open_webui_parse("title_generation", title.output_text) == "Turn On The Heater"
     assert asked(client) == before
+
+
+def test_responses_take_the_same_keys_and_fail_as_the_chat_api_does(script_hub, make_agent):
+    """The guard counts /v1/responses as a turn path (keys, caps); a hub with no answer is
+    the chat API's 502 error object, plain or streamed (before the first event)."""
+    agent = make_agent(script_hub.add_client().agent_config(timeout=10))
+    with running(agent, api_keys=["s3cret"]) as server:
+        with pytest.raises(openai.AuthenticationError):
+            server.client(api_key="wrong").responses.create(model="m", input="hello")
+        client = server.client(api_key="s3cret")
+        assert client.responses.create(model="m", input="hello").output_text == "hello there"
+        for stream in (False, True):
+            with pytest.raises(openai.APIStatusError) as failed:
+                reply = client.responses.create(model="m", input="empty", stream=stream)
+                list(reply) if stream else None
+            assert failed.value.status_code == 502 and failed.value.code == "not_understood"
