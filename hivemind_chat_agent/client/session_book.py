@@ -107,15 +107,25 @@ class SessionBook:
             LOG.debug(f"not seeding {session_id!r}: {type(e).__name__}")
             return False
         register(sess)
+        # the next turn sends the state's conversation as it was written, not re-serialized:
+        # this ovos-bus-client rewrites a 4.0 hub's (1.x) context frames so that its skills
+        # no longer find their keys in them
+        self._from_hub[session_id] = {
+            **{k: state[k] for k in CONVERSATION_FIELDS if k in state},
+            "session_id": session_id}
         self._used[session_id] = self._clock()
         self._used.move_to_end(session_id)
         return True
 
     def snapshot(self, session_id: str) -> Optional[Dict[str, Any]]:
-        """`session_id`'s Session as it stands (serialized), or None when it is not known
-        here: what `seed` takes."""
+        """`session_id`'s Session as it stands: as the hub last sent it (what its next turn
+        sends, in the hub's own format), else serialized here; None when it is not known
+        here. What `seed` takes."""
         sess = SessionManager.sessions.get(session_id)
-        return sess.serialize() if sess is not None else None
+        if sess is None:
+            return None
+        raw = self._from_hub.get(session_id)
+        return dict(raw) if raw is not None else sess.serialize()
 
     def trim(self, keep: Collection[str] = ()) -> int:
         """Forget the least recently used sessions beyond `max_sessions`, and those idle for
