@@ -3,7 +3,9 @@ stock hivemind-ovos-agent-plugin 0.1.0 (`hivemind-core listen`), a genuine ovos-
 an answering service on that bus that replies to every utterance at once, as a skill would.
 
     hub = StockOVOSHub().start(); creds = hub.add_client(); ...; hub.cleanup()
-    python tests/stock_hub.py --answer BUS_PORT      the answering service (the hub venv runs it)
+    python tests/stock_hub.py --answer BUS_PORT [--quick]   the answering service (the hub venv
+                                                            runs it); --quick: with
+                                                            keep_acks_quick on its bus socket
 
 All three run from the cached "hub-4.0" venv (tests/hub_venvs.py), each with its own log in the
 hub's home. `StockOVOSHub(plugin="ovos-mode")` puts our plugin in its OVOS mode in front of the
@@ -25,16 +27,26 @@ OUR_PLUGIN = "hivemind-chat-agent-plugin"
 PLUGINS = ("stock", "ovos-mode")
 
 
-def answering_service(port: int) -> None:
+def answering_service(port: int, quick: bool = False) -> None:
     """Answers every `recognizer_loop:utterance` on the OVOS bus like a skill would: `speak`
     ("you said ..."), then `ovos.utterance.handled`, both with Message.reply, so the context
     (destination = the satellite's peer, session, the client's turn tags) goes back to the
-    HiveMind agent plugin."""
+    HiveMind agent plugin. `quick`: keep_acks_quick on its bus socket (hub/bus_socket.py), so
+    its own delayed ACK never holds the bus's next frame to it (benchmarks/bench_ovos_mode.py:
+    back-to-back turns without the answering side's 40 ms; ovos-core's connection is stock)."""
     from ovos_bus_client import MessageBusClient
     from ovos_utils.log import LOG
     from pyee import EventEmitter
     LOG.set_level("ERROR")
-    bus = MessageBusClient(host="127.0.0.1", port=port, emitter=EventEmitter())
+
+    class Bus(MessageBusClient):
+        def on_open(self, *args):
+            if quick:
+                from hivemind_chat_agent.hub.bus_socket import keep_acks_quick
+                if not keep_acks_quick(self.client.sock):
+                    raise RuntimeError("keep_acks_quick could not be applied")
+            super().on_open(*args)
+    bus = Bus(host="127.0.0.1", port=port, emitter=EventEmitter())
 
     def on_utterance(message):
         utterance = (message.data.get("utterances") or [""])[0]
@@ -57,13 +69,14 @@ def answering_service(port: int) -> None:
 
 
 class StockOVOSHub:
-    def __init__(self, agent_protocol=None, plugin="stock"):
+    def __init__(self, agent_protocol=None, plugin="stock", quick_answerer=False):
         from hubs import HubProcess, free_port
         if plugin not in PLUGINS:
             raise ValueError(f"plugin is one of {PLUGINS}, not {plugin!r}")
         self.venv = hub_venvs.ensure_venv("hub-4.0")
         self.bus_port = free_port()
         self.plugin = plugin
+        self.quick_answerer = quick_answerer     # answering_service(quick=...)
         if plugin == "ovos-mode":
             default = {"module": OUR_PLUGIN, OUR_PLUGIN: {
                 "mode": "ovos", "bus": f"ws://127.0.0.1:{self.bus_port}/core"}}
@@ -101,7 +114,8 @@ class StockOVOSHub:
             wait_listening(self.bus_port, 60, proc=bus, what="ovos-messagebus")
             answer, log = self._spawn("answering", [os.path.join(self.venv, "bin", "python"),
                                                     os.path.abspath(__file__), "--answer",
-                                                    str(self.bus_port)])
+                                                    str(self.bus_port)]
+                                       + (["--quick"] if self.quick_answerer else []))
             for line in answer.stdout:     # whatever it logs first, then READY
                 if line.strip() == "READY":
                     break
@@ -145,4 +159,4 @@ def _drain(proc, log):
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--answer"]:
-        answering_service(int(sys.argv[2]))
+        answering_service(int(sys.argv[2]), quick="--quick" in sys.argv[3:])
