@@ -136,8 +136,8 @@ def cases_v5(quick_answerer: bool):
 
 def cases_v4(quick_answerer: bool):
     sys.path.insert(0, TESTS)
-    from stock_hub import StockOVOSHub
     import hub_venvs
+    from stock_hub import StockOVOSHub
     print(f"hubs, buses and answering services from {hub_venvs.ensure_venv('hub-4.0')}",
           flush=True)
     cases = {}
