@@ -7,6 +7,7 @@ import threading
 from ovos_bus_client.message import Message
 from waiting import wait_until
 
+from hivemind_chat_agent.hub.ovos_bus import BusNotConnected
 from hivemind_chat_agent.hub.ovos_mode import OVOSModeProtocol
 
 
@@ -24,6 +25,8 @@ class FakeBus:
         return self
 
     def send(self, text):
+        if not self.connected.is_set():
+            raise BusNotConnected("down")
         self.sent.append(json.loads(text))
 
     def close(self):
@@ -60,8 +63,8 @@ class FakeSatellite:
         self.written.append(hive_message.payload)
 
 
-def protocol_with(*satellites):
-    protocol = OVOSModeProtocol(config={"mode": "ovos", "connect_wait": 0},
+def protocol_with(*satellites, **config):
+    protocol = OVOSModeProtocol(config={"mode": "ovos", "connect_wait": 0, **config},
                                 bus_factory=FakeBus)
     protocol._secret = b"s" * 32
     protocol.loop = FakeLoop()
@@ -132,5 +135,106 @@ def test_another_satellites_reply_is_never_written():
         protocol.ovos.on_message(json.dumps(forged))
         protocol.loop.run()
         assert a.written == [] and b.written == []
+    finally:
+        protocol.shutdown()
+
+
+# ---- QUERY / CASCADE (hivemind-core calls answer_query on a worker of its own) ----
+class Query(threading.Thread):
+    """answer_query consumed as hivemind-core consumes it, on a thread of its own."""
+
+    def __init__(self, protocol, text="hello world", client=None):
+        super().__init__(daemon=True)
+        self.protocol, self.text, self.client, self.said = protocol, text, client, []
+        self.start()
+
+    def run(self):
+        for sentence in self.protocol.answer_query(self.text, "en-US", self.client):
+            self.said.append(sentence)
+            if sentence is None:
+                return
+
+
+def sent_of_type(protocol, msg_type):
+    return [m for m in protocol.ovos.sent if m["type"] == msg_type]
+
+
+def test_a_query_streams_what_ovos_speaks_for_it_until_handled():
+    sat = FakeSatellite("sat::a::kitchen", "key-a")
+    protocol = protocol_with(sat)
+    try:
+        query = Query(protocol)
+        assert wait_until(lambda: protocol.ovos.sent, 5)
+        [asked] = protocol.ovos.sent
+        qid = asked["context"]["query_id"]
+        assert asked["type"] == "recognizer_loop:utterance"
+        assert asked["data"] == {"utterances": ["hello world"], "lang": "en-US"}
+        assert asked["context"]["session"]["session_id"] == qid and ":" not in qid
+        reply = {"context": {"query_id": qid, "session": {"session_id": qid}}}
+        speak = dict(reply, type="speak", data={"utterance": "Hello world"})
+        twin = {"type": "speak", "data": {"utterance": "Hello world"},
+                "context": dict(reply["context"], _namespace_compat_twin=True)}
+        for message in (speak, twin, dict(reply, type="ovos.utterance.handled", data={})):
+            protocol.ovos.on_message(json.dumps(message).encode())
+        query.join(5)
+        assert query.said == ["Hello world", None]
+        [audio_end] = sent_of_type(protocol, "recognizer_loop:audio_output_end")[:1]
+        assert audio_end["context"]["session"]["session_id"] == qid   # wait=True skills go on
+        protocol.loop.run()
+        assert sat.written == []                 # nothing of a query reaches a satellite
+        assert not protocol.queries.pending()
+    finally:
+        protocol.shutdown()
+
+
+def test_a_query_ovos_never_finishes_ends_after_the_query_timeout():
+    protocol = protocol_with(query_timeout=0.2)
+    try:
+        query = Query(protocol)
+        query.join(5)
+        assert query.said == [None] and not protocol.queries.pending()
+    finally:
+        protocol.shutdown()
+
+
+def test_a_query_is_declined_at_once_while_the_bus_is_down():
+    protocol = protocol_with()
+    try:
+        protocol.ovos.connected.clear()
+        query = Query(protocol)
+        query.join(5)
+        assert query.said == [None] and protocol.ovos.sent == []
+    finally:
+        protocol.shutdown()
+
+
+class FakeChain:
+    """hivemind-core 5.x's policy chain as answer_query uses it: review() applies the
+    mutations of an allowed message to it (hivemind_core/policy.py)."""
+
+    def __init__(self, deny=False):
+        self.deny = deny
+
+    def review(self, message, client):
+        from hivemind_plugin_manager import Verdict
+        if self.deny:
+            return Verdict.deny("policy_error", "no")
+        message.context["session"]["blacklisted_skills"] = ["skill-secret"]
+        return Verdict.allow()
+
+
+def test_a_query_carries_the_clients_policy_and_a_denied_one_never_reaches_ovos():
+    protocol = protocol_with()
+    try:
+        protocol.hm_protocol.policy_chain = FakeChain()
+        Query(protocol, client=object())
+        assert wait_until(lambda: protocol.ovos.sent, 5)
+        session = protocol.ovos.sent[0]["context"]["session"]
+        assert session["blacklisted_skills"] == ["skill-secret"]
+        assert session["session_id"] == protocol.ovos.sent[0]["context"]["query_id"]
+        protocol.hm_protocol.policy_chain = FakeChain(deny=True)
+        denied = Query(protocol, client=object())
+        denied.join(5)
+        assert denied.said == [None] and len(protocol.ovos.sent) == 1
     finally:
         protocol.shutdown()

@@ -17,7 +17,9 @@ thread, one lock around the table:
   object that sent (by hub/dialects.py, as the chat mode writes), never by iterating
   hivemind-core's client table;
 - a bus that goes down fails every utterance queued or in flight (the satellite is told, with
-  reason `backend_unavailable`), refuses new ones at once, and reconnects by itself.
+  reason `backend_unavailable`), refuses new ones at once, and reconnects by itself;
+- hivemind-core's QUERY / CASCADE are answered by OVOS through the same bus connection, under
+  a query-scoped Session (hub/ovos_query.py), as the stock plugin answers them.
 """
 import dataclasses
 import json
@@ -50,6 +52,7 @@ from hivemind_chat_agent.hub.connections import (
 )
 from hivemind_chat_agent.hub.dialects import dialect_for, install_dialects
 from hivemind_chat_agent.hub.ovos_bus import BusNotConnected, OvosBus
+from hivemind_chat_agent.hub.ovos_query import QUERY_ID_MARKERS, OvosQueries, query_session
 from hivemind_chat_agent.hub.ovos_settings import OvosModeSettings
 from hivemind_chat_agent.hub.senders import identify, sender_of
 
@@ -103,6 +106,9 @@ class OVOSModeProtocol(AgentProtocol):
         self.ovos = bus_factory(self.settings.bus, self._from_ovos, self._bus_up,
                                 self._bus_down, retry=self.settings.bus_retry,
                                 max_retry=self.settings.bus_max_retry)
+        self.queries = OvosQueries(self.ovos.send, timeout=self.settings.query_timeout,
+                                   total=self.settings.limits.in_flight_timeout,
+                                   max_queries=self.settings.max_queries)
         self._sender = threading.Thread(target=self._send_loop, daemon=True,
                                         name="hivemind-chat-ovos-sender")
         self._sender.start()
@@ -225,13 +231,14 @@ class OVOSModeProtocol(AgentProtocol):
         frame comes as bytes (hub/ovos_bus.py skips websocket-client's UTF-8 pass; the JSON
         parser checks it anyway)."""
         marker = b'"destination"' if isinstance(text, bytes) else '"destination"'
-        if marker not in text:
+        query = self.queries.pending() and QUERY_ID_MARKERS[isinstance(text, str)] in text
+        if not query and marker not in text:
             return          # most bus traffic names no destination: not parsed
         try:
             message = json.loads(text)
         except ValueError:      # UnicodeDecodeError is one
             return
-        if not isinstance(message, dict):
+        if not isinstance(message, dict) or (query and self.queries.deliver(message)):
             return
         with self._table:
             deliveries = self.routes.route(message)
@@ -269,13 +276,24 @@ class OVOSModeProtocol(AgentProtocol):
         return self.bus
 
     def natural_language_query(self, utterance: str, lang: str) -> Iterator[Optional[str]]:
-        """QUERY / CASCADE are not answered in OVOS mode (yet): a decline, which hivemind-core
-        reads as "no answer here" and may escalate upstream."""
-        LOG.info("OVOS mode does not answer QUERY messages; declining")
-        yield None
+        """QUERY / CASCADE without a caller: OVOS's answer (hub/ovos_query.py), no policy."""
+        return self.answer_query(utterance, lang, None)
 
     def answer_query(self, utterance: str, lang: str, client=None) -> Iterator[Optional[str]]:
-        return self.natural_language_query(utterance, lang)
+        """QUERY / CASCADE from `client` (hivemind-core's worker thread): the sentences OVOS
+        speaks for `utterance` under a query-scoped Session, as the client's policy has it,
+        then None; None at once (a decline) when the policy denies it, the bus is down or
+        too many answers are in progress."""
+        if not isinstance(utterance, str) or not utterance.strip() or \
+                len(utterance) > self.settings.max_query_chars:
+            yield None
+            return
+        lang = lang if isinstance(lang, str) and 0 < len(lang) <= 32 else "en-US"
+        session = query_session(self.hm_protocol, client, utterance, lang)
+        if session is None:
+            yield None
+            return
+        yield from self.queries.stream(utterance, lang, session)
 
     def __repr__(self) -> str:
         return f"OVOSModeProtocol(bus={self.settings.bus!r})"

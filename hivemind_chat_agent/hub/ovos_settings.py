@@ -57,6 +57,9 @@ class OvosModeSettings:
     bus_retry: float = 0.5        # first reconnect delay after the bus closed
     bus_max_retry: float = 5.0    # the delay doubles up to this
     connect_wait: float = 5.0     # how long start-up waits for the bus (then goes on)
+    query_timeout: float = 10.0   # a QUERY's answer ends this long after its last sentence
+    max_queries: int = 8          # QUERY answers in progress at once (more are declined)
+    max_query_chars: int = 4096   # a longer QUERY utterance is declined
 
     @classmethod
     def from_dict(cls, config: Dict[str, Any]) -> "OvosModeSettings":
@@ -77,16 +80,21 @@ class OvosModeSettings:
                 session_ttl=float(config.get("session_ttl", defaults.session_ttl)))
             settings = cls(url, limits, float(config.get("bus_retry", 0.5)),
                            float(config.get("bus_max_retry", 5.0)),
-                           float(config.get("connect_wait", 5.0)))
+                           float(config.get("connect_wait", 5.0)),
+                           float(config.get("query_timeout", 10.0)),
+                           int(config.get("max_queries", 8)),
+                           int(config.get("max_query_chars", 4096)))
         except (TypeError, ValueError) as e:
             raise ConfigurationError(f"invalid number in {PLUGIN_NAME} config: {e}") from None
         if min(limits.max_queued_per_client, limits.max_in_flight_per_session,
                limits.max_in_flight_per_client, limits.max_sessions_per_client) < 1 \
                 or limits.in_flight_timeout <= 0 or limits.session_ttl <= 0 \
                 or settings.bus_retry <= 0 or settings.bus_max_retry < settings.bus_retry \
-                or settings.connect_wait < 0:
+                or settings.connect_wait < 0 or settings.query_timeout <= 0 \
+                or min(settings.max_queries, settings.max_query_chars) < 1:
             raise ConfigurationError(
                 f"{PLUGIN_NAME} (OVOS mode): the queue, in-flight and session bounds must be "
                 ">= 1, in_flight_timeout, session_ttl and bus_retry > 0, bus_max_retry >= "
-                "bus_retry, connect_wait >= 0")
+                "bus_retry, connect_wait >= 0, query_timeout > 0, max_queries and "
+                "max_query_chars >= 1")
         return settings
