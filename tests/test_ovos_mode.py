@@ -168,3 +168,21 @@ def test_ovos_unreachable_is_a_typed_failure_and_works_again_once_it_is_back(
     assert wait_until(answered, 120, poll=1)
     answer, took = timed(agent, "hello world", "outage")
     assert answer == "Hello world" and took < 2.0
+
+
+def test_a_query_is_answered_by_ovos_core_as_the_stock_plugin_answers_it(ovos_mode,
+                                                                         generation, tmp_path):
+    """hivemind-core 5.x's QUERY (hivemind-bus-client's own satellite sends it): ovos-core's
+    skill answers under a Session of the query's own, the sentence comes back as the QUERY's
+    answer and the stream ends. hello-world speaks with wait=True: the plugin reports the
+    sentence played, or the answer would end only after the skill's 15 s."""
+    if generation != "5":
+        pytest.skip("hivemind-core answers QUERY through the agent plugin from 4.6.0a1 on")
+    from test_hub_v5 import Satellite
+    sat = Satellite(ovos_mode.add_client(name="query-satellite"), str(tmp_path))
+    try:
+        for _ in range(2):
+            assert sat.query("hello world") == [("speak", "Hello world"),
+                                                ("hive.query.complete", None)]
+    finally:
+        sat.close()
