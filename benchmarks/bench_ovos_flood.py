@@ -1,0 +1,155 @@
+"""A flood from one satellite beside another satellite's turns, through our plugin's OVOS mode
+(issue 31: "a flood from one satellite does not slow another's turns past 1.2x").
+
+    python benchmarks/bench_ovos_flood.py [--turns 30] [--rounds 3] [--rate 0] [--plugin stock]
+
+The hub: tests/stock_hub.StockOVOSHub(plugin="ovos-mode"), hivemind-core 4.0.0 with our plugin
+in OVOS mode in front of a genuine ovos-messagebus, and an answering service on that bus that
+answers every utterance at once. Not ovos-core: it runs one session's utterances in its own
+handler pool, 0.2 to 15 s each, and its own queueing would drown what the plugin adds (the
+flood's counts and ordering against genuine ovos-core, both generations, are
+tests/test_ovos_mode_satellites.py's).
+
+The other satellite: our client (HiveMindChatAgent), one turn at a time, each timed from its
+send to its answer, 250 ms of quiet before each (the answering service's delayed ACK,
+docs/performance.md, would otherwise be measured too). The flooder: a stock satellite of its
+own access key (tests/stock_satellite.py, hivemind-bus-client 0.9.1a1 in its own process),
+sending utterances in one session as fast as it can (`--rate N`: N a second instead) for as
+long as the measured turns run; its bound (4 in flight per session) refuses the excess `busy`.
+
+Rounds alternate, `--rounds` times: `--turns` turns without the flood (the baseline), then as
+many during it. Printed: median and p90 of each, the ratio of the medians (target <= 1.2x), and
+what the flood sent, had refused and had answered.
+"""
+import argparse
+import os
+import statistics
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+sys.path.insert(0, os.path.join(HERE, ".."))
+
+from ovos_utils.log import LOG  # noqa: E402
+from report import Table, ms  # noqa: E402
+from stock_hub import PLUGINS, StockOVOSHub  # noqa: E402
+from stock_satellite import HANDLED, StockSatellite  # noqa: E402
+
+from hivemind_chat_agent import HiveMindChatAgent  # noqa: E402
+from hivemind_chat_agent.core.protocol_names import UNMATCHED_TYPE  # noqa: E402
+
+LOG.set_level("ERROR")
+QUIET = 0.25
+TARGET = 1.2
+
+
+class Flood:
+    """The flooder's sending thread, while `with`-ed."""
+
+    def __init__(self, sat: StockSatellite, rate: float):
+        self.sat, self.rate = sat, rate
+        self.sent = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        pause = 1.0 / self.rate if self.rate > 0 else 0.0
+        while not self._stop.is_set():
+            self.sat.say(f"flood {self.sent}")
+            self.sent += 1
+            if pause:
+                self._stop.wait(pause)
+
+    def __enter__(self):
+        self.started = time.monotonic()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(30)
+        self.seconds = time.monotonic() - self.started
+
+
+def timed_turns(agent, turns: int, tag: str):
+    took = []
+    for i in range(turns):
+        time.sleep(QUIET)
+        start = time.monotonic()
+        answer = agent.get_response(f"turn {i}", session_id=f"other-{tag}")
+        took.append(time.monotonic() - start)
+        if answer != f"you said turn {i}":
+            raise RuntimeError(f"turn {i} ({tag}) answered {answer!r}")
+    return took
+
+
+def p90(values):
+    return sorted(values)[int(len(values) * 0.9) - 1] if values else float("nan")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--turns", type=int, default=30, help="measured turns per phase")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rate", type=float, default=0.0,
+                    help="flood utterances a second (0: as fast as the flooder can)")
+    ap.add_argument("--plugin", choices=PLUGINS, default="ovos-mode",
+                    help="stock: hivemind-ovos-agent-plugin 0.1.0 instead, for comparison")
+    args = ap.parse_args()
+    hub = StockOVOSHub(plugin=args.plugin).start()
+    flooder = agent = None
+    try:
+        agent = HiveMindChatAgent(hub.add_client(name="other").agent_config(timeout=10))
+        timed_turns(agent, 5, "warm-up")
+        flooder = StockSatellite("4.0", hub.add_client(name="flooder"), name="flooder")
+        baseline, flooded, floods = [], [], []
+        for round_ in range(args.rounds):
+            baseline += timed_turns(agent, args.turns, f"base-{round_}")
+            since = flooder.mark()
+            with Flood(flooder, args.rate) as flood:
+                flooded += timed_turns(agent, args.turns, f"flood-{round_}")
+            got = flooder.until_handled(count=flood.sent, since=since, timeout=120)
+            refused = sum(m["type"] == UNMATCHED_TYPE and m["data"].get("reason") == "busy"
+                          for m in got)
+            ended = sum(m["type"] == HANDLED for m in got)
+            floods.append((flood.sent, flood.seconds, refused, ended))
+            print(f"  round {round_}: baseline median {ms(statistics.median(baseline))}, "
+                  f"flooded {ms(statistics.median(flooded))}; the flood sent {flood.sent} in "
+                  f"{flood.seconds:.1f} s, {refused} refused busy, {ended - refused} answered, "
+                  f"{flood.sent - ended} without an end yet", flush=True)
+    finally:
+        if agent is not None:
+            agent.shutdown()
+        if flooder is not None:
+            flooder.close()
+        hub.cleanup()
+    base_median, flood_median = statistics.median(baseline), statistics.median(flooded)
+    ratio = flood_median / base_median
+    sent = sum(f[0] for f in floods)
+    seconds = sum(f[1] for f in floods)
+    refused = sum(f[2] for f in floods)
+    ended = sum(f[3] for f in floods)
+    plugin = "our plugin in OVOS mode" if args.plugin == "ovos-mode" else \
+        "the stock hivemind-ovos-agent-plugin 0.1.0"
+    print(f"\n{os.cpu_count()} CPUs; hivemind-core 4.0.0, {plugin}, genuine "
+          f"ovos-messagebus, answering service; {args.rounds} rounds of {args.turns} turns "
+          f"per phase; flood {'as fast as it can' if not args.rate else f'{args.rate:g}/s'}: "
+          f"{sent} utterances in {seconds:.1f} s ({sent / seconds:.0f}/s), {refused} refused "
+          f"busy, {ended - refused} answered, {sent - ended} never ended\n")
+    table = Table((44, 22, 30, 10))
+    table.header()
+    print(f"{'other satellite turn, no flood':<44} "
+          f"{ms(base_median) + ' / ' + ms(p90(baseline)):<22} (the baseline)")
+    ok = table.row("other satellite turn, during the flood", f"{ms(flood_median)} / "
+                   f"{ms(p90(flooded))}", f"{ratio:.2f}x of the baseline", f"<= {TARGET}x",
+                   ratio <= TARGET)
+    ok = table.row("flood utterances without an end", str(sent - ended), "", "0",
+                   ended == sent) and ok
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
