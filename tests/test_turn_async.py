@@ -196,10 +196,14 @@ def test_off_loop_hands_the_awaiting_task_what_the_work_raised_before_settling()
 
 def test_off_loop_abandons_a_result_that_came_just_before_the_task_was_cancelled():
     # the Wyoming front's hang-up, cancelling its task the moment the sent turn was handed
-    # over: the result is set, the task is cancelled before it resumes (apply, cancel, then
-    # the task's wake-up, in the loop's FIFO order), and the turn must still be stopped
+    # over: the result is set, the task is cancelled before it resumes, and the turn must
+    # still be stopped. The loop is held (a blocking callback) until the worker has queued
+    # both the result's hand-over and the cancel, so they run in that order, before the
+    # task's wake-up that the hand-over schedules: left free, the loop could run the
+    # hand-over and the wake-up before the worker queued the cancel
     from hivemind_chat_agent.background import off_loop
     abandoned = []
+    queued = threading.Event()
 
     async def main():
         loop = asyncio.get_running_loop()
@@ -208,7 +212,9 @@ def test_off_loop_abandons_a_result_that_came_just_before_the_task_was_cancelled
         def work(settle):
             settle("the sent turn", None)
             loop.call_soon_threadsafe(task.cancel)
+            queued.set()
         task = asyncio.ensure_future(off_loop(work, abandon=abandoned.append))
+        loop.call_soon(queued.wait, 5)    # after the task's first step: it awaits by then
         with pytest.raises(asyncio.CancelledError):
             await task
     asyncio.run(asyncio.wait_for(main(), 5))
