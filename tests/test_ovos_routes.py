@@ -250,6 +250,29 @@ def test_a_marked_twin_of_the_frame_just_routed_is_dropped(routes):
     assert len(routes.route(other)) == 1
 
 
+def test_a_twin_that_comes_after_other_frames_of_its_session_is_dropped_once(routes):
+    """Several utterances of one session in flight: other frames come between a first frame
+    and its twin (a flood on 5.x heard a sentence twice); each twin drops its own first frame,
+    once: the same sentence spoken again later is delivered again."""
+    a = satellite("a")
+    routes.accept(a, utterance(a))
+    drain(routes)
+
+    def said(text, twin=False):
+        frame = reply(a, msg_type="speak" if twin else "ovos.utterance.speak")
+        frame["data"] = {"utterance": text}
+        if twin:
+            frame["context"]["_namespace_compat_twin"] = True
+        return len(routes.route(frame))
+    assert said("first") == 1
+    assert said("second") == 1
+    assert said("third") == 1
+    assert said("first", twin=True) == 0       # its first frame came three frames ago
+    assert said("third", twin=True) == 0
+    assert said("second", twin=True) == 0
+    assert said("first", twin=True) == 1       # no first frame left to match: delivered
+
+
 def test_a_dialog_of_questions_and_answers_never_piles_up_in_flight(routes):
     """Each get_response answer gets no `handled` of its own; its hand-over to the waiting
     skill (`<skill>.converse.get_response`) closes it instead."""

@@ -45,6 +45,7 @@ from hivemind_chat_agent.core.turns import EndReason
 
 NAMES_PER_CONNECTION = 8   # peer names a connection is known by (a HELLO renames it)
 TWIN_MARKERS = ("_namespace_compat_twin", "_intent_compat_twin")   # ovos-bus-client 2.x
+RECENT_FRAMES = 16   # first frames of one session whose twin may still come (utterances in flight)
 SWEEP_EVERY = 1.0          # seconds between looks for expired sessions and in-flight entries
 
 
@@ -97,7 +98,8 @@ class _Session:
     declared: str
     last_seen: float
     last_conn: str = ""
-    last_frame: str = ""     # the data of the last unmarked frame routed (see `_is_twin`)
+    # the data of the last unmarked frames routed, each until its twin came (see `_is_twin`)
+    recent_frames: Deque[str] = field(default_factory=lambda: deque(maxlen=RECENT_FRAMES))
     in_flight: Deque[Any] = field(default_factory=deque)   # (sent at, Outbound), oldest first
 
 
@@ -276,15 +278,21 @@ class OvosRoutes:
     @staticmethod
     def _is_twin(message: Dict[str, Any], context: Dict[str, Any],
                  followed: "_Session") -> bool:
-        """A second spelling of the frame just routed for this session? ovos-bus-client 2.x
+        """A second spelling of a frame routed for this session? ovos-bus-client 2.x
         (ovos-core 3.x) sends each renamed topic twice, `ovos.utterance.speak` then `speak`
         marked as its twin; the stock plugin's bus client drops a marked twin whose first
-        frame it saw, so a satellite hears each sentence once. A marked frame with no such
-        first frame (a reply that copied the marker) is delivered."""
+        frame it saw, so a satellite hears each sentence once. With several utterances of one
+        session in flight, other frames come between a first frame and its twin (one sentence
+        in 3000 was heard twice when only the last frame was remembered): the session keeps
+        its last RECENT_FRAMES first frames, and each twin drops the one it matches. A marked
+        frame with no such first frame (a reply that copied the marker) is delivered."""
         fingerprint = json.dumps(message.get("data"), sort_keys=True, default=str)
         if any(context.get(marker) for marker in TWIN_MARKERS):
-            return followed.last_frame == fingerprint
-        followed.last_frame = fingerprint
+            if fingerprint in followed.recent_frames:
+                followed.recent_frames.remove(fingerprint)
+                return True
+            return False
+        followed.recent_frames.append(fingerprint)
         return False
 
     def _named_connections(self, peers: List[Any],
