@@ -5,9 +5,9 @@ with hivemind-a2a-agent-plugin, any agent) use the hub as an agent.
 The SDK serves the protocol (its JSON-RPC routes, A2A 1.0 `SendMessage`/`SendStreamingMessage`
 and the 0.3 names `message/send`/`message/stream`, `GetTask`, `CancelTask`, and the agent card
 at its well-known path); `HubExecutor` is the agent behind it:
-- each sentence the hub speaks is an artifact update of the task's one artifact, as it is
+- each sentence the hub speaks is an artifact of its own, sent as an artifact update as it is
   spoken, then the task's final state: `completed`, `input-required` when a skill asked a
-  question (the question is also the status message), `canceled`, or `failed` with words
+  question (the question is the task's last artifact), `canceled`, or `failed` with words
   naming the hub (bridges/hub_failures);
 - a `contextId` is one OVOS session (core/a2a_tasks.TaskBook.session_for), a message without
   one starts a new context (the SDK names it);
@@ -172,25 +172,29 @@ class HubExecutor:
             raise InternalError(message=hub_failure(e, self.hub).message) from None
 
     async def _speak(self, turn, updater, answering: bool) -> None:
-        """Each sentence as an artifact update of the answer, then the final state."""
+        """Each sentence as an artifact of its own, sent as it is spoken, then the final
+        state. One artifact per sentence, not appended chunks of one: the ecosystem's
+        clients join an artifact's parts without a separator and artifacts with a newline
+        (ovos-a2a-solver-plugin 0.0.4a1, hivemind-a2a-agent-plugin 0.1.6a1)."""
         from a2a.types import Part
 
         from hivemind_chat_agent.bridges.hub_failures import hub_failure
         from hivemind_chat_agent.core.outcomes import TurnStatus
         from hivemind_chat_agent.errors import HiveMindChatError
-        artifact = f"answer-{uuid.uuid4().hex[:12]}"
+        answer = uuid.uuid4().hex[:12]
         said: List[str] = []
         try:
             async for sentence in turn:
-                await updater.add_artifact([Part(text=sentence)], artifact_id=artifact,
-                                           name="answer", append=bool(said))
+                await updater.add_artifact([Part(text=sentence)], last_chunk=True,
+                                           artifact_id=f"sentence-{answer}-{len(said) + 1}",
+                                           name=f"sentence {len(said) + 1}")
                 said.append(sentence)
         except HiveMindChatError as e:
             await updater.failed(self._words(updater, hub_failure(e, self.hub).message))
             return
         status = turn.status
-        if status is TurnStatus.ASKED:
-            await updater.requires_input(self._words(updater, " ".join(said)))
+        if status is TurnStatus.ASKED:      # the question is in the artifacts already:
+            await updater.requires_input()  # a status message would be said twice
         elif status in (TurnStatus.ANSWERED, TurnStatus.NOT_UNDERSTOOD):
             await updater.complete(None if said else self._words(
                 updater, "the OVOS hub had no answer for this"))
