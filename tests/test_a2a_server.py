@@ -145,7 +145,8 @@ def test_a_question_is_input_required_and_the_next_message_answers_it(creds):
                                          task_id=asked.id)
                 assert answered.id == asked.id
                 assert answered.status.state == TaskState.TASK_STATE_COMPLETED
-                assert answer_of(answered) == "what is your favourite colour?\nblue is a fine colour"
+                assert answer_of(answered) == ("what is your favourite colour?\n"
+                                               "blue is a fine colour")
                 got = await client.get_task(GetTaskRequest(id=asked.id))
                 assert got.status.state == TaskState.TASK_STATE_COMPLETED
                 with pytest.raises(Exception, match="terminal state"):   # ended: not continued
