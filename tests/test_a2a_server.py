@@ -28,18 +28,20 @@ from hubs import HubProcess, free_port, plugin_config, wait_listening
 CLI = os.path.join(os.path.dirname(sys.executable), "hivemind-chat")
 
 
-def hub_args(creds, port=None):
+def hub_args(creds, port=None, store=False):
     return ["--host", creds.host, "--port", str(port or creds.port), "--key", creds.key,
-            "--password", creds.password, "--timeout", "5", "--no-store"]
+            "--password", creds.password, "--timeout", "5", *([] if store else ["--no-store"])]
 
 
 @contextlib.contextmanager
-def a2a_command(creds, *extra, hub_port=None):
-    """The command on a free loopback port; yields its base URL."""
+def a2a_command(creds, *extra, hub_port=None, state=None):
+    """The command on a free loopback port; yields its base URL. `state`: a directory for
+    its session store ($XDG_STATE_HOME); without it, no store."""
     port = free_port()
+    env = {**os.environ, "XDG_STATE_HOME": str(state)} if state else None
     proc = subprocess.Popen([CLI, "a2a", "--uri", f"http://127.0.0.1:{port}", *extra,
-                             *hub_args(creds, hub_port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                             *hub_args(creds, hub_port, store=bool(state))],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     try:
         wait_listening(port, 30, proc=proc, what="hivemind-chat a2a")
         yield f"http://127.0.0.1:{port}"
@@ -131,6 +133,21 @@ def test_a_context_is_one_conversation_and_contexts_stay_apart(creds):
                 assert other.context_id != context
                 assert answer_of(other) == "I remember nothing"
         run(main())
+
+
+def test_a_context_outlives_a_restart_of_the_server(hub, tmp_path):
+    """The same contextId after a restart is the same OVOS session (the session store); a
+    client of its own, as its store holds the client's own keys."""
+    creds = hub.add_client()
+
+    async def say(url, text, context_id=""):
+        async with a2a_client(url) as client:
+            return (await send(client, text, context_id))[1]
+    with a2a_command(creds, state=tmp_path) as url:
+        context = run(say(url, "remember ada")).context_id
+    with a2a_command(creds, state=tmp_path) as url:
+        assert answer_of(run(say(url, "recall", context))) == "you said ada"
+        assert answer_of(run(say(url, "recall"))) == "I remember nothing"
 
 
 def test_a_question_is_input_required_and_the_next_message_answers_it(creds):
