@@ -41,6 +41,10 @@ EXTRAS = {
     # `hivemind-chat mcp`: the official Model Context Protocol SDK (2.x: MCPServer, stdio and
     # streamable HTTP)
     "mcp": ["mcp>=2.0,<3"],
+    # `hivemind-chat a2a`: the official Agent2Agent SDK's server (JSON-RPC routes with the 0.3
+    # names beside 1.0's, DefaultRequestHandler v2, Starlette and sse-starlette through its
+    # http-server extra) served by uvicorn; 1.3.0 is the release the suite runs
+    "a2a": ["a2a-sdk[http-server]>=1.3.0,<2", "uvicorn>=0.27,<1"],
     # the Redis conversation store (hub replicas, docs/scale-out.md): the `redis` client and
     # its connection pool; 5.0 is the oldest line upstream still maintains, the suite runs 7.4
     "redis": ["redis>=5.0,<8"],
@@ -52,7 +56,8 @@ EXTRAS = {
               "py-spy>=0.3"],
 }
 EXTRAS["test"] = sorted(set(EXTRAS["hub"] + EXTRAS["demo"] + EXTRAS["wyoming"] +
-                            EXTRAS["redis"] + EXTRAS["openai"] + EXTRAS["mcp"]) | {
+                            EXTRAS["redis"] + EXTRAS["openai"] + EXTRAS["mcp"] +
+                            EXTRAS["a2a"]) | {
     "pytest>=8", "pexpect>=4.8", "ovos-persona>=0.9.0a1",
     "openai>=1.40"})     # the official client, as Open WebUI-style callers use the API
 

@@ -20,6 +20,7 @@ EXTRA_MODULES: Dict[str, Tuple[str, ...]] = {
     "redis": ("redis",),
     "openai": ("starlette", "uvicorn"),
     "mcp": ("mcp",),
+    "a2a": ("a2a", "starlette", "sse_starlette", "uvicorn"),
 }
 
 

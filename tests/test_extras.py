@@ -40,7 +40,8 @@ def test_a_missing_extra_raises_an_import_error_that_names_it(without):
 
 
 @pytest.mark.parametrize("command,module,extra", [("demo", "hivemind_core", "demo"),
-                                                  ("wyoming", "wyoming", "wyoming")])
+                                                  ("wyoming", "wyoming", "wyoming"),
+                                                  ("a2a", "a2a", "a2a")])
 def test_a_command_without_its_extra_says_which_to_install(without, capsys, command, module,
                                                             extra):
     without(module)

@@ -70,6 +70,18 @@ def test_each_key_is_its_own_caller_and_a_wrong_one_is_401():
     assert status(guard, {**JSON, "authorization": "Bearer nope"}) == 401
 
 
+def test_a_public_page_needs_no_key_but_still_the_host_and_origin_checks():
+    """An A2A agent card: readable without a key (it says the rest needs one)."""
+    guard = FrontGuard("127.0.0.1", Keys(["k"]))
+    page = {"host": "127.0.0.1:9999"}
+    assert guard.admit(page, "127.0.0.1", False)[1].status == 401
+    assert guard.admit(page, "127.0.0.1", False, public=True) == ("", None)
+    assert guard.admit({"host": "evil.example"}, "127.0.0.1", False,
+                       public=True)[1].status == 421
+    assert guard.admit({**page, "origin": "https://attacker.example"}, "127.0.0.1", False,
+                       public=True)[1].status == 403
+
+
 def test_wrong_keys_from_one_peer_are_slowed_down_others_are_not():
     clock = Clock()
     guard = FrontGuard("127.0.0.1", Keys(["k"]),

@@ -80,12 +80,15 @@ def _refusal_headers(refusal: Refusal, close: bool) -> list:
 
 class GuardedApp:
     """`app` behind `guard`; `turn_paths`: POSTs there are turns (counted per caller);
-    `error_shape`: the JSON body of a refusal, in the front's own protocol."""
+    `error_shape`: the JSON body of a refusal, in the front's own protocol; `public_paths`:
+    GETs there need no key (FrontGuard.admit's `public`)."""
 
     def __init__(self, app, guard: FrontGuard, error_shape: ErrorShape,
-                 turn_paths: Collection[str] = (), max_body: int = Limits.max_body):
+                 turn_paths: Collection[str] = (), max_body: int = Limits.max_body,
+                 public_paths: Collection[str] = ()):
         self.app, self.guard, self.error_shape = app, guard, error_shape
         self.turn_paths, self.max_body = set(turn_paths), max_body
+        self.public_paths = set(public_paths)
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
@@ -95,7 +98,8 @@ class GuardedApp:
                    for k, v in scope.get("headers", ())}
         peer = str((scope.get("client") or ("?",))[0])
         has_body = scope["method"] in ("POST", "PUT", "PATCH")
-        caller, refusal = self.guard.admit(headers, peer, has_body)
+        public = scope["method"] == "GET" and scope["path"] in self.public_paths
+        caller, refusal = self.guard.admit(headers, peer, has_body, public)
         # admit() names a caller ("" for the anonymous one) whenever it refuses nothing
         caller = caller if caller is not None else ""
         if refusal is None and has_body:

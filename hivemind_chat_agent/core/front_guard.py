@@ -180,10 +180,12 @@ class FrontGuard:
         key = origin_key(origin)
         return key is not None and (is_loopback(key[1]) or key in self.origins)
 
-    def admit(self, headers: Mapping[str, str], peer: str,
-              has_body: bool) -> Tuple[Optional[str], Optional[Refusal]]:
+    def admit(self, headers: Mapping[str, str], peer: str, has_body: bool,
+              public: bool = False) -> Tuple[Optional[str], Optional[Refusal]]:
         """(caller, None) to serve the request, or (None, refusal). `headers` have lower-case
-        names; nothing of the body is needed."""
+        names; nothing of the body is needed. `public`: a page anyone may read (an A2A agent
+        card, which says that the rest needs a key): Host and Origin are checked, the key is
+        not, and the caller is the anonymous one."""
         if not self.host_allowed(headers.get("host", "")):
             return None, Refusal(421, f"this {self.what} does not answer for the host "
                                  f"{headers.get('host', '')[:100]!r}: start it with "
@@ -198,6 +200,8 @@ class FrontGuard:
                 != "application/json":
             return None, Refusal(415, "the body must be JSON, sent with 'Content-Type: "
                                  "application/json'", "unsupported_media_type")
+        if public:
+            return "", None
         return self._caller(headers.get("authorization", ""), peer)
 
     def _caller(self, authorization: str, peer: str
