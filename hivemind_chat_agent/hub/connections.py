@@ -13,6 +13,17 @@ def mark_closed(client) -> None:
     setattr(client, _CLOSED, True)
 
 
+def close_connection(clients, client) -> None:
+    """IO loop, as hivemind-core reports `client` gone (both modes): nothing more is written to
+    it, and its old names in core's table `clients` go with it. hivemind-core 4.0 files a
+    connection under a new peer string at every HELLO and forgets only the last one, so each
+    session id a connection ever declared would keep the whole connection alive (5.x drops
+    the old name at each HELLO itself: there this finds nothing)."""
+    for peer in [p for p, c in list(clients.items()) if c is client and p != client.peer]:
+        clients.pop(peer, None)
+    mark_closed(client)   # replies still on their way to it are not sent
+
+
 def connection_closed(client) -> bool:
     """Has hivemind-core reported this connection gone (its on_disconnect callback)?"""
     return bool(getattr(client, _CLOSED, False))

@@ -17,7 +17,13 @@ two modules, behind the same four names:
 The dialect is picked once per connection, from what the object has, and kept on it.
 """
 from types import ModuleType
-from typing import Optional
+from typing import Callable, Optional
+
+from ovos_utils.log import LOG
+
+from hivemind_chat_agent.core.limits import shown, shown_name
+from hivemind_chat_agent.errors import ReplyNotSent
+from hivemind_chat_agent.hub.connections import connection_closed
 
 _DIALECT_ATTR = "_hivemind_chat_dialect"
 
@@ -44,3 +50,22 @@ def dialect_for(client) -> Optional[ModuleType]:
             except AttributeError:    # a slotted object: choose again next time
                 pass
     return dialect
+
+
+def send_reply(client, peer: str, reply, not_sent: Callable[[str], None] = LOG.warning) -> None:
+    """IO loop: write `reply` (a Message) to the connection `client`, by the object, not by its
+    peer name (a satellite's HELLO renames a connection on 5.x while it stays). A reply that
+    cannot go out is logged with the reason, never silence: one to a connection gone or of no
+    known generation through `not_sent`, any other failure as a WARNING."""
+    dialect = dialect_for(client)
+    try:
+        if connection_closed(client):
+            raise ReplyNotSent("the satellite is no longer connected")
+        if dialect is None:
+            raise ReplyNotSent(f"unknown connection type {type(client).__name__}")
+        dialect.send(client, reply)
+    except ReplyNotSent as e:
+        not_sent(f"not sending {shown(reply.msg_type, quote=False)} to {shown_name(peer)}: {e}")
+    except Exception as e:
+        LOG.warning(f"could not send {shown(reply.msg_type, quote=False)} to {shown_name(peer)}: "
+                    f"{type(e).__name__}: {shown(str(e), 200, quote=False)}")

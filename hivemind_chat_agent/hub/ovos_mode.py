@@ -42,15 +42,14 @@ from hivemind_chat_agent.core.ovos_routes import (
 )
 from hivemind_chat_agent.core.protocol_names import UTTERANCE_TYPES
 from hivemind_chat_agent.core.turns import EndReason
-from hivemind_chat_agent.errors import IdentifierTooLongError, ReplyNotSent
+from hivemind_chat_agent.errors import IdentifierTooLongError
 from hivemind_chat_agent.hub.agent_bus import AgentBus
 from hivemind_chat_agent.hub.connections import (
+    close_connection,
     connection_client,
-    connection_closed,
     connection_token,
-    mark_closed,
 )
-from hivemind_chat_agent.hub.dialects import dialect_for, install_dialects
+from hivemind_chat_agent.hub.dialects import install_dialects, send_reply
 from hivemind_chat_agent.hub.ovos_bus import BusNotConnected, OvosBus
 from hivemind_chat_agent.hub.ovos_query import QUERY_ID_MARKERS, OvosQueries, query_session
 from hivemind_chat_agent.hub.ovos_settings import OvosModeSettings
@@ -183,10 +182,7 @@ class OVOSModeProtocol(AgentProtocol):
     def _on_connection_closed(self, client) -> None:
         """IO loop, as a connection goes: nothing more is written to it, and (as the chat
         mode does) its old names in hivemind-core 4.0's table go with it."""
-        clients = self.clients
-        for peer in [p for p, c in list(clients.items()) if c is client and p != client.peer]:
-            clients.pop(peer, None)
-        mark_closed(client)
+        close_connection(self.clients, client)
         with self._table:
             self.routes.closed(connection_token(client))
 
@@ -253,21 +249,11 @@ class OVOSModeProtocol(AgentProtocol):
 
     def _write(self, client, peer: str, messages: List[Dict[str, Any]]) -> None:
         """IO loop: write each message to the connection `client`, as the chat mode writes
-        (hub/protocol.ChatAgentProtocol.send)."""
-        dialect = dialect_for(client)
+        (hub/dialects.send_reply); one to a connection gone is an INFO line: OVOS speaks to
+        sessions whose satellite left, as a matter of course."""
         for wire in messages:
-            reply = Message(wire["type"], wire.get("data") or {}, wire.get("context") or {})
-            try:
-                if connection_closed(client):
-                    raise ReplyNotSent("the satellite is no longer connected")
-                if dialect is None:
-                    raise ReplyNotSent(f"unknown connection type {type(client).__name__}")
-                dialect.send(client, reply)
-            except ReplyNotSent as e:
-                LOG.info(f"not sending {shown(reply.msg_type)} to {shown_name(peer)}: {e}")
-            except Exception as e:
-                LOG.warning(f"could not send {shown(reply.msg_type)} to {shown_name(peer)}: "
-                            f"{type(e).__name__}: {shown(str(e), 200, quote=False)}")
+            send_reply(client, peer, Message(wire["type"], wire.get("data") or {},
+                                             wire.get("context") or {}), not_sent=LOG.info)
 
     # ---- hivemind-core's other entry points ----
     def get_bus(self, client=None):

@@ -24,25 +24,20 @@ from typing import Any, Dict, Iterator, Optional
 from hivemind_plugin_manager.protocols import AgentProtocol, ClientCallbacks
 from ovos_bus_client.message import Message
 from ovos_plugin_manager.templates.agents import ChatEngine
-from ovos_utils.log import LOG
 from ovos_utils.xdg_utils import xdg_data_home
 
 from hivemind_chat_agent import compat
 from hivemind_chat_agent.core.clock import Clock
-from hivemind_chat_agent.core.limits import id_refusal, shown, shown_name
+from hivemind_chat_agent.core.limits import id_refusal
 from hivemind_chat_agent.core.protocol_names import STOP_TYPES, UTTERANCE_TYPES
 from hivemind_chat_agent.core.replies import first_utterance
 from hivemind_chat_agent.core.satellites import client_fingerprint
 from hivemind_chat_agent.core.turns import EndReason
-from hivemind_chat_agent.errors import ConversationStoreError, IdentifierTooLongError, ReplyNotSent
+from hivemind_chat_agent.errors import ConversationStoreError, IdentifierTooLongError
 from hivemind_chat_agent.hub.agent_bus import AgentBus
 from hivemind_chat_agent.hub.asides import Asides
-from hivemind_chat_agent.hub.connections import (
-    connection_client,
-    connection_closed,
-    mark_closed,
-)
-from hivemind_chat_agent.hub.dialects import dialect_for, install_dialects
+from hivemind_chat_agent.hub.connections import close_connection, connection_client
+from hivemind_chat_agent.hub.dialects import install_dialects, send_reply
 from hivemind_chat_agent.hub.exchanges import EndedExchange, keep_exchange
 from hivemind_chat_agent.hub.hub_turn import HubTurn, OpenTurns
 from hivemind_chat_agent.hub.loop_clock import IOLoopClock
@@ -183,15 +178,9 @@ class ChatAgentProtocol(AgentProtocol):
             self.executor.cancel(turn.session_id, turn.job)   # if it never started
 
     def _on_connection_closed(self, client) -> None:
-        """IO loop, as the connection goes: its sessions, and its old names in core's table.
-        hivemind-core 4.0 files a connection under a new peer string at every HELLO and
-        forgets only the last one, so each session id a connection ever declared would keep
-        the whole connection alive (5.x drops the old name at each HELLO itself: there this
-        finds nothing)."""
-        clients = self.clients      # {} before hivemind-core binds the plugin
-        for peer in [p for p, c in list(clients.items()) if c is client and p != client.peer]:
-            clients.pop(peer, None)
-        mark_closed(client)   # replies still on their way to it are not sent
+        """IO loop, as the connection goes: its sessions, and its old names in core's table
+        (hub/connections.close_connection)."""
+        close_connection(self.clients, client)   # {} before hivemind-core binds the plugin
         self.satellites.closed(client)
 
     def deliver(self, turn: HubTurn, reply: Message) -> None:
@@ -199,21 +188,8 @@ class ChatAgentProtocol(AgentProtocol):
         turn.loop.add_callback(self.send, turn.client, turn.peer, reply)
 
     def send(self, client, peer: str, reply: Message) -> None:
-        """IO loop: write `reply` to the connection `client` (by the object, not by its peer
-        name, which a satellite's HELLO changes on 5.x while the connection stays). A reply
-        that cannot go out is a WARNING with the reason, never silence."""
-        dialect = dialect_for(client)
-        try:
-            if connection_closed(client):
-                raise ReplyNotSent("the satellite is no longer connected")
-            if dialect is None:
-                raise ReplyNotSent(f"unknown connection type {type(client).__name__}")
-            dialect.send(client, reply)
-        except ReplyNotSent as e:
-            LOG.warning(f"not sending {reply.msg_type} to {shown_name(peer)}: {e}")
-        except Exception as e:
-            LOG.warning(f"could not send {reply.msg_type} to {shown_name(peer)}: "
-                        f"{type(e).__name__}: {shown(str(e), 200, quote=False)}")
+        """IO loop: write `reply` to the connection `client` (hub/dialects.send_reply)."""
+        send_reply(client, peer, reply)
 
     # ---- any thread ----
     def keep_exchange(self, ended: EndedExchange) -> None:
