@@ -140,43 +140,25 @@ def add_options(p):
                    metavar="URI", help="serve streamable HTTP at URI (default "
                    "http://127.0.0.1:8765, path /mcp) instead of stdio; another address "
                    "than loopback needs an API key")
-    p.add_argument("--tool-timeout", type=_seconds, default=DEFAULT_BUDGET, metavar="SECONDS",
+    p.add_argument("--tool-timeout", type=serving.seconds_option, default=DEFAULT_BUDGET,
+                   metavar="SECONDS",
                    help=f"the time budget of one ask (default {DEFAULT_BUDGET:g}: Home "
                    "Assistant gives a tool call 10 s): an answer still being spoken then is "
                    "returned in part with complete: false, and an ask with an empty utterance "
                    "in that conversation returns the rest")
-    p.add_argument("--keep-unfinished", type=_seconds, default=DEFAULT_KEEP_FOR,
+    p.add_argument("--keep-unfinished", type=serving.seconds_option, default=DEFAULT_KEEP_FOR,
                    metavar="SECONDS", help="an unfinished answer nobody comes back for is "
                    f"stopped and forgotten this long after its last part (default "
                    f"{DEFAULT_KEEP_FOR:g})")
-    p.add_argument("--max-unfinished-per-caller", type=_count, default=DEFAULT_PER_CALLER,
-                   metavar="N", help="unfinished answers kept per caller (default "
-                   f"{DEFAULT_PER_CALLER}); a new one stops the oldest")
+    p.add_argument("--max-unfinished-per-caller", type=serving.count_option,
+                   default=DEFAULT_PER_CALLER, metavar="N",
+                   help=f"unfinished answers kept per caller (default {DEFAULT_PER_CALLER}); "
+                   "a new one stops the oldest")
     serving.add_key_options(p)
     http_front.add_limit_options(p)
     return p
 
 
-def _seconds(text: str) -> float:
-    import argparse
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds above 0, not {text!r}")
-    return value
-
-
-def _count(text: str) -> int:
-    import argparse
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, not {text!r}")
-    return value
 
 
 def asks_from(args, agent) -> BudgetedAsks:

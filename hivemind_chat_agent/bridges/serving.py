@@ -100,6 +100,30 @@ def add_key_options(p) -> None:
                    help="a file of keys, one per line (repeatable)")
 
 
+def seconds_option(text: str) -> float:
+    """argparse type of the fronts' SECONDS options: a number above 0."""
+    import argparse
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds above 0, not {text!r}")
+    return value
+
+
+def count_option(text: str) -> int:
+    """argparse type of the fronts' N options (caps): a whole number of at least 1."""
+    import argparse
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, not {text!r}")
+    return value
+
+
 def read_keys(given: List[str], files: List[str], env: str = API_KEY_ENV) -> Keys:
     """The API keys from the command line, key files (one per line, # comments) and the
     environment variable; a file that cannot be read is a ConfigurationError."""

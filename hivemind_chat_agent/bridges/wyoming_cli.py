@@ -2,7 +2,6 @@
 starts (an allow list beyond loopback: Wyoming has no authentication), and serving in
 bridges/serving's shell until a stop signal. bridges/cli.py hands `hivemind-chat wyoming`
 here."""
-import argparse
 from typing import Any, Dict
 
 from hivemind_chat_agent.bridges import serving
@@ -31,21 +30,21 @@ def add_options(p):
                         "e.g. the Home Assistant host 192.168.1.20. Wyoming has no "
                         "authentication: without this only loopback peers are answered, and "
                         "listening beyond loopback is refused")
-    p.add_argument("--max-connections", type=_count, default=64, metavar="N",
+    p.add_argument("--max-connections", type=serving.count_option, default=64, metavar="N",
                    help="connections open at once, from everyone (default 64); more are "
                         "closed at accept")
-    p.add_argument("--max-connections-per-peer", type=_count, default=32, metavar="N",
+    p.add_argument("--max-connections-per-peer", type=serving.count_option, default=32, metavar="N",
                    help="connections open at once from one address (default 32; Home "
                         "Assistant opens one per turn)")
-    p.add_argument("--max-turns-per-peer", type=_count, default=20, metavar="N",
+    p.add_argument("--max-turns-per-peer", type=serving.count_option, default=20, metavar="N",
                    help="turns in flight for one address (default 20: Home Assistant's 20 "
                         "satellites at once, and what the hub plugin queues per client); "
                         "more wait for a place, at most --timeout, then hear that the "
                         "assistant is busy")
-    p.add_argument("--idle-timeout", type=_positive, default=30.0, metavar="SECONDS",
+    p.add_argument("--idle-timeout", type=serving.seconds_option, default=30.0, metavar="SECONDS",
                    help="a connection whose next event is not complete within this is closed "
                         "(default 30)")
-    p.add_argument("--read-timeout", type=_positive, default=10.0, metavar="SECONDS",
+    p.add_argument("--read-timeout", type=serving.seconds_option, default=10.0, metavar="SECONDS",
                    help="once an event has begun, each of its reads (header line, data "
                         "block, payload) must complete within this (default 10)")
     p.add_argument("--languages", nargs="*", default=[],
@@ -130,24 +129,6 @@ def _version() -> str:
         return ""
 
 
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds above 0, not {text!r}")
-    return value
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, not {text!r}")
-    return value
 
 
 __all__ = ["add_options", "check_args", "serve_from_cli", "parse_uri", "guard_for",
