@@ -76,6 +76,34 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+
+def timed(agent, utterance, session_id):
+    start = time.monotonic()
+    answer = agent.get_response(utterance, session_id=session_id)
+    return answer, time.monotonic() - start
+
+
+def greetings_at_once(agent, session_ids, meanwhile=lambda: None, join=60):
+    """"hello world" from each session on its own thread, all at once; `meanwhile` runs on
+    this thread while they do. Returns ({session: (answer, seconds)}, meanwhile's result)."""
+    results, errors = {}, []
+
+    def greet(sid):
+        try:
+            results[sid] = timed(agent, "hello world", sid)
+        except Exception as e:
+            errors.append(e)
+    threads = [threading.Thread(target=greet, args=(sid,)) for sid in session_ids]
+    for t in threads:
+        t.start()
+    during = meanwhile()
+    for t in threads:
+        t.join(join)
+    assert not errors, errors
+    assert len(results) == len(session_ids)
+    return results, during
+
+
 class OVOSHub:
     """`hub = OVOSHub(generation).start(); creds = hub.add_client(); ... hub.cleanup()`."""
 

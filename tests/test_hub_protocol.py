@@ -6,9 +6,7 @@ Run from the current line's venv, the hubs of both generations are started (4.0 
 venv, tests/hub_venvs.py). Run from a venv that itself holds hivemind-core 4.x, only 4.0 hubs
 are, from that very venv."""
 import contextlib
-import json
 import os
-import sys
 import threading
 import time
 
@@ -26,6 +24,7 @@ from raw_satellite import (
     satellite_identity,
     send_raw,
 )
+from satellite_process import run_satellite
 from waiting import UNIT, hold_still, wait_until
 
 from hivemind_chat_agent import ChatAgentProtocol, HiveMindChatAgent, HubBusyError, HubEngineError
@@ -301,19 +300,6 @@ def test_bounded_queue_answers_failure_instead_of_hanging(generation):
     # one running + one queued are answered; the rest are refused at once, not left hanging
     assert answered.count("done waiting") == 2, results
     assert sum(a.startswith("busy: the hub is busy") for a in answered) == 2, results
-
-
-def run_satellite(creds, session_id, *utterances):
-    """Ask from a separate process: its SessionManager is its own, as on a real device."""
-    import os
-    import subprocess
-    out = subprocess.run([sys.executable, os.path.join(os.path.dirname(__file__),
-                                                       "satellite_process.py"),
-                          json.dumps(creds.agent_config()), session_id, *utterances],
-                         capture_output=True, text=True, timeout=120)
-    line = [x for x in out.stdout.splitlines() if x.startswith("ANSWERS ")]
-    assert line, out.stderr[-2000:]
-    return json.loads(line[0][len("ANSWERS "):])
 
 
 def test_relay_through_two_hubs_keeps_per_satellite_memory(generation):

@@ -7,9 +7,8 @@ messagebus that goes away is a typed failure, then works again once it is back."
 import time
 
 import pytest
-from ovos_hub import RESPONSE_WINDOW, OVOSHub
-from test_hub_protocol import run_satellite
-from test_real_ovos import greetings_at_once, timed
+from ovos_hub import RESPONSE_WINDOW, OVOSHub, greetings_at_once, timed
+from satellite_process import run_satellite
 from waiting import hold_still, wait_until
 
 from hivemind_chat_agent import HiveMindChatAgent, TurnStatus

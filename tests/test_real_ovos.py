@@ -15,7 +15,7 @@ import threading
 import time
 
 import pytest
-from ovos_hub import RESPONSE_WINDOW, OVOSHub
+from ovos_hub import RESPONSE_WINDOW, OVOSHub, greetings_at_once, timed
 from waiting import hold_still, wait_until
 
 from hivemind_chat_agent import HiveMindChatAgent
@@ -44,12 +44,6 @@ def ovos_creds(ovos):
     finally:
         warm.shutdown()
     return creds
-
-
-def timed(agent, utterance, session_id):
-    start = time.monotonic()
-    answer = agent.get_response(utterance, session_id=session_id)
-    return answer, time.monotonic() - start
 
 
 def test_a_greeting_that_waits_for_audio_end_answers_at_once(ovos_creds, make_agent):
@@ -126,27 +120,6 @@ def test_an_unrelated_utterance_while_a_question_is_open_is_answered_not_timed_o
     assert took < 3.0, f"cancel took {took:.2f} s: {answer!r}"
     answer, took = timed(agent, "hello world", "change")
     assert answer == "Hello world" and took < 3.0
-
-
-def greetings_at_once(agent, session_ids, meanwhile=lambda: None, join=60):
-    """"hello world" from each session on its own thread, all at once; `meanwhile` runs on
-    this thread while they do. Returns ({session: (answer, seconds)}, meanwhile's result)."""
-    results, errors = {}, []
-
-    def greet(sid):
-        try:
-            results[sid] = timed(agent, "hello world", sid)
-        except Exception as e:
-            errors.append(e)
-    threads = [threading.Thread(target=greet, args=(sid,)) for sid in session_ids]
-    for t in threads:
-        t.start()
-    during = meanwhile()
-    for t in threads:
-        t.join(join)
-    assert not errors, errors
-    assert len(results) == len(session_ids)
-    return results, during
 
 
 def test_six_parallel_greetings_do_not_slow_another_session(ovos_creds, make_agent):
