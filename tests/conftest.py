@@ -39,9 +39,19 @@ def pytest_sessionfinish(session, exitstatus):
         shutil.rmtree(_OWN_BASETEMP.pop(), ignore_errors=True)
 
 
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_terminal_summary(terminalreporter, exitstatus):
+    """Last before the final line: the failed tests by name, a line each, at most 200
+    characters of their error. CI shows only the end of its output, and pytest's own summary
+    there quotes a failed assertion whole (once a hub's log of megabytes)."""
+    yield                  # the outermost wrapper: after pytest's own short summary
     if _OWN_BASETEMP and exitstatus not in (0, 5):
         terminalreporter.write_line(f"this run's temporary files: {_OWN_BASETEMP[0]}")
+    for kind in ("failed", "error"):
+        for report in terminalreporter.stats.get(kind, []):
+            message = getattr(report.longrepr, "reprcrash", None)
+            first = " ".join(str(message.message).split())[:200] if message else ""
+            terminalreporter.write_line(f"{kind.upper()}: {report.nodeid} {first}")
 
 
 def pytest_collection_modifyitems(items):

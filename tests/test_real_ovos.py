@@ -156,7 +156,7 @@ def test_the_hubs_pipeline_is_used_not_the_clients(ovos, ovos_creds, make_agent)
     assert timed(agent, "stop parrot", "pipeline")[0]
     assert timed(agent, "blorp the frobnicator", "pipeline")[0]   # the unknown fallback
     log = ovos.core_log_since(offset)
-    assert "Unknown pipeline matcher" not in log
+    assert not [line for line in log.splitlines() if "Unknown pipeline matcher" in line]
 
 
 def cli(creds, *args, state):
@@ -300,5 +300,8 @@ def test_home_assistant_load_loses_no_greeting_on_the_stock_4_0_plugin(ovos, ovo
     finally:
         server.stop()
     log = ovos.log_tail("hivemind", 10 ** 8)
-    assert lost == [], [line for line in log.splitlines() if "ERROR" in line][-20:]
-    assert "dictionary changed size" not in log
+    lines = log.splitlines()
+    # the hub's log is megabytes: a failure quotes the lines that matter, never all of it
+    assert lost == [], [line for line in lines if "ERROR" in line][-20:]
+    assert not [line for line in lines if "dictionary changed size" in line], \
+        [line for line in lines if "ERROR" in line or "Traceback" in line][-20:]

@@ -7,8 +7,15 @@ OVOS bus connection for seconds, losing every utterance and reply in that window
 waiting on a lost `audio_output_end` then hold ovos-core's handler pool). The fix is
 upstream (see docs/troubleshooting.md); until a hub has it, an agent never changes its own
 connections while its own turns are being answered: a connect or a close waits for the turns in
-flight to end, and a new turn waits for connects in progress, each at most `max_wait` seconds so
-neither side can starve the other. Connects still run in parallel with each other.
+flight to end, and a new turn waits for connects in progress. Neither side can starve the
+other: a turn waits at most as long as a connect or close can take (`changes_last`), and a
+connect or close at most as long as a turn can take (`turns_last`, the agent's timeout), while
+no new turn starts meanwhile. Connects still run in parallel with each other.
+
+A connect once let go after `max_wait` (1 s) whatever was in flight: on a busy CI machine the
+greetings in flight took longer than that, the connect met them, and the stock plugin logged
+"dictionary changed size" under Home Assistant's load (tests/test_real_ovos.py); the turns in
+flight always end (answered or timed out), so waiting for them is bounded anyway.
 
 "In progress" lasts until the hub has acted, not until our side is done (the pool sets
 `HubConnection.acknowledge_changes` while this gate is not relaxed): a HELLO is followed by a
@@ -47,13 +54,16 @@ from hivemind_chat_agent.core.clock import Clock
 class ChurnGate:
     def __init__(self, max_wait: float = 1.0, stagger: float = 0.025,
                  clock: Clock = SYSTEM_CLOCK, changes_last: float = 0.0,
-                 max_in_flight: int = 0):
-        """`changes_last`: the longest a connect or close can take (its own timeout); a turn
-        waits that long for them, never less than `max_wait`. `max_in_flight` (0: no cap):
-        turns beyond it wait (as long) for one to end."""
+                 max_in_flight: int = 0, turns_last: float = 0.0):
+        """`max_wait` (0: the gate is off): the least either side waits for the other.
+        `changes_last`: the longest a connect or close can take (its own timeout); a turn
+        waits that long for them. `turns_last`: the longest a turn can take (the agent's
+        timeout); a connect or close waits that long for the turns in flight. `max_in_flight`
+        (0: no cap): turns beyond it wait (as long as for a change) for one to end."""
         self._clock = clock
         self.max_wait = max_wait
         self.changes_last = changes_last
+        self.turns_last = turns_last
         self.max_in_flight = max_in_flight
         self.stagger = stagger
         self._next_start = 0.0
@@ -69,6 +79,7 @@ class ChurnGate:
         with self._cond:
             self.max_wait = 0.0
             self.changes_last = 0.0
+            self.turns_last = 0.0
             self.max_in_flight = 0
             self.stagger = 0.0
             self._cond.notify_all()
@@ -103,7 +114,7 @@ class ChurnGate:
         with self._cond:
             self._changes_waiting += 1
             try:
-                self._wait_for(lambda: not self._turns, self.max_wait)
+                self._wait_for(lambda: not self._turns, max(self.max_wait, self.turns_last))
             finally:
                 self._changes_waiting -= 1
             self._changes += 1

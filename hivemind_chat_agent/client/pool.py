@@ -53,6 +53,7 @@ class ConnectionPool:
         self.gate = ChurnGate(config.churn_guard,    # turns hold `gate.turn()`
                               stagger=0.025 if config.churn_guard > 0 else 0.0,
                               changes_last=config.connect_timeout + CLOSE_ACKNOWLEDGED_WITHIN,
+                              turns_last=config.timeout,
                               max_in_flight=4 if config.churn_guard > 0 else 0)
         self._connector = Connector(config, factory, self.gate, self._lock,
                                     after_connect=self._tell_spares_if_quiet)

@@ -133,8 +133,10 @@ class TurnDriver:
         agent.pool.discard(self.session_id)
         self.conn = self.handle = None
         session, utterance, tag = self._resend
+        self._gate.close()    # a connect waits for the turns in flight: this one among them
         try:
             self.conn = agent.pool.acquire(session)
+            self._gate.enter_context(agent.pool.gate.turn())
             # the hub replays the answer from its first sentence: the caller has some already
             self.handle = self.conn.start_turn(session, utterance, tag, agent.settings.timeout,
                                                Resumed(turn, len(turn.sentences)))
