@@ -37,7 +37,7 @@ class ClientConfig:
     session_store_max: int = 1000   # sessions kept per client in the store
     session_store_ttl: float = 30 * 86400   # a stored session older than this starts afresh
     plays_audio: bool = False       # True: the caller reports the end of playback itself
-    churn_guard: float = 1.0        # a connect/close waits this long at most for turns in flight
+    churn_guard: float = 1.0        # 0: off; else connects/closes wait for turns in flight
     max_frame_bytes: int = 1 << 20  # a larger frame from the hub closes the connection unread
     max_sessions: int = 10_000      # conversations kept in memory (least recently used first)
     session_idle_ttl: float = 3600.0   # a conversation idle this long leaves memory
