@@ -22,12 +22,17 @@ Origin, a Bearer key off loopback and each key its own conversations, bounded bo
 connections, a caller who hangs up stops its turn); the card is readable without a key (it
 says that the rest needs one). Only the standard library is imported at the top.
 """
+import asyncio
+import contextvars
 import uuid
 from typing import Any, Dict, List, Optional, cast
 
 from hivemind_chat_agent.bridges import http_front, serving
 from hivemind_chat_agent.core.a2a_tasks import ANSWER, Refused, TaskBook
 
+# the task ids whose turns a request began: the SDK runs the executor in a task of its own,
+# which copies the request's context and so appends to the request's list
+REQUEST_TASKS: contextvars.ContextVar[List[str]] = contextvars.ContextVar("a2a_request_tasks")
 RPC_PATH = "/"
 CARD_PATH = "/.well-known/agent-card.json"
 OLD_CARD_PATH = "/.well-known/agent.json"     # where A2A 0.2 clients look
@@ -89,9 +94,13 @@ def build_handler(agent, book: Optional[TaskBook] = None, card=None):
     from a2a.server.request_handlers import DefaultRequestHandler
     book = book or TaskBook()
     AgentExecutor.register(HubExecutor)     # its two methods, without importing the SDK above
-    executor = cast(AgentExecutor, HubExecutor(agent, book))
-    return DefaultRequestHandler(agent_executor=executor, task_store=bounded_store(book),
-                                 agent_card=card or agent_card(DEFAULT_URI, False))
+    hub_executor = HubExecutor(agent, book)
+    executor = cast(AgentExecutor, hub_executor)
+
+    handler = DefaultRequestHandler(agent_executor=executor, task_store=bounded_store(book),
+                                    agent_card=card or agent_card(DEFAULT_URI, False))
+    handler.hub_executor = hub_executor     # type: ignore[attr-defined]  # for StopOnHangUp
+    return handler
 
 
 def bounded_store(book: TaskBook):
@@ -150,6 +159,7 @@ class HubExecutor:
             await event_queue.enqueue_event(new_task_from_user_message(context.message))
         updater = TaskUpdater(event_queue, context.task_id, context.context_id)
         self.turns[context.task_id] = turn
+        REQUEST_TASKS.get([]).append(context.task_id)
         try:
             await updater.start_work()
             await self._speak(turn, updater, answering=meaning == ANSWER)
@@ -211,12 +221,16 @@ class HubExecutor:
         from a2a.types import Part
         return updater.new_agent_message([Part(text=text)])
 
+    def stop(self, task_id: str) -> None:
+        """Stop the turn of `task_id` at the hub if it still runs (its caller is gone)."""
+        turn = self.turns.pop(task_id, None)
+        if turn is not None:
+            turn.terminate()
+
     async def cancel(self, context, event_queue) -> None:
         """Stop the task's turn at the hub (the barge-in); the task ends `canceled`."""
         from a2a.server.tasks import TaskUpdater
-        turn = self.turns.pop(context.task_id, None)
-        if turn is not None:
-            turn.terminate()
+        self.stop(context.task_id)
         await TaskUpdater(event_queue, context.task_id, context.context_id).cancel()
 
 
@@ -249,10 +263,32 @@ def _context_builder():
     return CallerContextBuilder()
 
 
+class StopOnHangUp:
+    """The app, whose request, once cancelled (GuardedApp cancels it when the caller hangs
+    up), stops the turns it began: the SDK would go on consuming a task in the background
+    after its stream's caller left, the hub answering nobody."""
+
+    def __init__(self, app, executor: "HubExecutor"):
+        self.app, self.executor = app, executor
+
+    async def __call__(self, scope, receive, send) -> None:
+        began: List[str] = []
+        token = REQUEST_TASKS.set(began)
+        try:
+            await self.app(scope, receive, send)
+        except asyncio.CancelledError:
+            for task_id in began:
+                self.executor.stop(task_id)
+            raise
+        finally:
+            REQUEST_TASKS.reset(token)
+
+
 def guarded_app(agent, guard, url: str, limits: http_front.Limits = http_front.Limits(),
                 book: Optional[TaskBook] = None):
     card = agent_card(url, bool(guard.keys))
-    app = create_app(build_handler(agent, book, card), card)
+    handler = build_handler(agent, book, card)
+    app = StopOnHangUp(create_app(handler, card), handler.hub_executor)
     return http_front.GuardedApp(app, guard, jsonrpc_error, turn_paths=(RPC_PATH,),
                                  max_body=limits.max_body,
                                  public_paths=(CARD_PATH, OLD_CARD_PATH))
