@@ -88,19 +88,14 @@ def agent_card(url: str, keyed: bool):
     return card
 
 
-def build_handler(agent, book: Optional[TaskBook] = None, card=None):
-    """The SDK's request handler around a HubExecutor and a BoundedTaskStore of `book`."""
+def build_handler(executor: "HubExecutor", card=None):
+    """The SDK's request handler around `executor` and a BoundedTaskStore of its book."""
     from a2a.server.agent_execution import AgentExecutor
     from a2a.server.request_handlers import DefaultRequestHandler
-    book = book or TaskBook()
     AgentExecutor.register(HubExecutor)     # its two methods, without importing the SDK above
-    hub_executor = HubExecutor(agent, book)
-    executor = cast(AgentExecutor, hub_executor)
-
-    handler = DefaultRequestHandler(agent_executor=executor, task_store=bounded_store(book),
-                                    agent_card=card or agent_card(DEFAULT_URI, False))
-    handler.hub_executor = hub_executor     # type: ignore[attr-defined]  # for StopOnHangUp
-    return handler
+    return DefaultRequestHandler(agent_executor=cast(AgentExecutor, executor),
+                                 task_store=bounded_store(executor.book),
+                                 agent_card=card or agent_card(DEFAULT_URI, False))
 
 
 def bounded_store(book: TaskBook):
@@ -287,8 +282,8 @@ class StopOnHangUp:
 def guarded_app(agent, guard, url: str, limits: http_front.Limits = http_front.Limits(),
                 book: Optional[TaskBook] = None):
     card = agent_card(url, bool(guard.keys))
-    handler = build_handler(agent, book, card)
-    app = StopOnHangUp(create_app(handler, card), handler.hub_executor)
+    executor = HubExecutor(agent, book or TaskBook())
+    app = StopOnHangUp(create_app(build_handler(executor, card), card), executor)
     return http_front.GuardedApp(app, guard, jsonrpc_error, turn_paths=(RPC_PATH,),
                                  max_body=limits.max_body,
                                  public_paths=(CARD_PATH, OLD_CARD_PATH))
