@@ -352,13 +352,15 @@ class OVOSHub:
         except OSError:
             return ""
 
-    def core_log_since(self, offset: int) -> str:
-        with open(self.log_path("core"), errors="replace") as f:
+    def log_since(self, name: str, offset: int) -> str:
+        """What the process `name` logged after `offset` (a `log_size` taken earlier): a test
+        that checks a log reads only its own lines, never an earlier test's in the module."""
+        with open(self.log_path(name), errors="replace") as f:
             f.seek(offset)
             return f.read()
 
-    def core_log_size(self) -> int:
-        return os.path.getsize(self.log_path("core"))
+    def log_size(self, name: str) -> int:
+        return os.path.getsize(self.log_path(name))
 
     def cleanup(self):
         for proc, _log in reversed(list(self.procs.values())):
