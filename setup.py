@@ -47,7 +47,7 @@ EXTRAS = {
     "a2a": ["a2a-sdk[http-server]>=1.3.0,<2", "uvicorn>=0.27,<1"],
     # the Redis conversation store (hub replicas, docs/scale-out.md): the `redis` client and
     # its connection pool; 5.0 is the oldest line upstream still maintains, the suite runs 7.4
-    "redis": ["redis>=5.0,<8"],
+    "redis": ["redis>=5.0,<9"],
     # benchmarks/bench_hub.py: the stock HiveMind -> OVOS path it measures our plugin against
     # the checks .ci/check and .ci/run make before the tests: lint and import order (ruff.toml),
     # types (mypy.ini)
