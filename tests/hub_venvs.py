@@ -13,6 +13,8 @@ venv, an unchanged one is reused, and nothing depends on the cache being there.
     ovos-hub-5   the genuine OVOS hub on the 5.x line (requirements-ovos-hub-5.txt)
     ovos-stable  ovos-core 2.1.1 and its skills without HiveMind, where tests/test_installs.py
                  installs the client as a persona's environment would get it
+    hivescope    the ecosystem's E2E library and the 5.x hub line, where tests/test_hivescope.py
+                 drives our hub plugin from a thread with no IO loop
 
 A venv that runs this checkout's code (hub-4.0: our hub plugin, the test pipeline) does not get
 the package installed into it. `package_path()` gives a small folder to put first on the hub's
@@ -47,6 +49,7 @@ VENVS = {
     "ovos-hub": "requirements-ovos-hub.txt",
     "ovos-hub-5": "requirements-ovos-hub-5.txt",
     "ovos-stable": "requirements-ovos-stable.txt",
+    "hivescope": "requirements-hivescope.txt",
 }
 # complete pinned sets that contradict a package's declared bounds on purpose
 NO_DEPS = {"hub-4.0-noise"}

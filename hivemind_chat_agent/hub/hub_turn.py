@@ -93,7 +93,9 @@ class HubTurn:
         self.owns_record = False   # this hub runs it and keeps its record (hub/turn_records)
         self.replayed = False      # answered from the record of an earlier run
         self.earlier: List[Any] = []   # the history it began with (core/transcript.Exchange)
-        self._loop_thread = threading.get_ident()   # made on the IO loop, as core hands it over
+        # the thread that runs `loop`'s callbacks: the transport's (a turn is made there, as
+        # core hands it over) or the plugin's own loop thread (hub/reply_loops.py)
+        self._loop_thread = getattr(loop, "thread_id", threading.get_ident())
         self._told = threading.Event()   # the IO loop has written the end (see the module)
 
     def reply(self, msg_type: str, data: Dict[str, Any]) -> Message:

@@ -40,8 +40,8 @@ from hivemind_chat_agent.hub.connections import close_connection, connection_cli
 from hivemind_chat_agent.hub.dialects import install_dialects, send_reply
 from hivemind_chat_agent.hub.exchanges import EndedExchange, keep_exchange
 from hivemind_chat_agent.hub.hub_turn import HubTurn, OpenTurns
-from hivemind_chat_agent.hub.loop_clock import IOLoopClock
 from hivemind_chat_agent.hub.query import answer_client_query, stream_answer
+from hivemind_chat_agent.hub.reply_loops import OwnLoop, PluginClock, loop_here
 from hivemind_chat_agent.hub.satellite_book import SatelliteBook
 from hivemind_chat_agent.hub.senders import Sender, identify, sender_of
 from hivemind_chat_agent.hub.serial_executor import KeyedSerialExecutor, QueueFull
@@ -72,7 +72,10 @@ class ChatAgentProtocol(AgentProtocol):
         if engine is not None:
             self.config.setdefault("engine", type(engine).__name__)
         self.settings = HubSettings.from_dict(self.config)
-        self.clock: Clock = clock or IOLoopClock()   # turn timeouts and the session sweep
+        # replies and timers on the loop of the transport's thread, or on the plugin's own
+        # where the transport runs none (MQTT, hivescope): hub/reply_loops.py
+        self.own_loop = OwnLoop()
+        self.clock: Clock = clock or PluginClock(self.own_loop)   # turn timeouts, the sweep
         self.engine = engine or load_engine(self.settings.engine, self.settings.engine_config)
         self.executor = KeyedSerialExecutor(
             self.settings.workers, self.settings.max_queue, self.settings.max_queue_per_session,
@@ -127,8 +130,7 @@ class ChatAgentProtocol(AgentProtocol):
 
     def _turn(self, message: Message, sender: Sender, turn_id: str) -> HubTurn:
         """IO loop: the turn an utterance of `sender` is."""
-        from tornado.ioloop import IOLoop
-        turn = HubTurn(self, message, sender.client, sender.peer, IOLoop.current(),
+        turn = HubTurn(self, message, sender.client, sender.peer, loop_here(self.own_loop),
                        first_utterance(message.data) or "", sender.satellite_session,
                        sender.session_id)
         turn.turn_id = turn_id
@@ -156,9 +158,8 @@ class ChatAgentProtocol(AgentProtocol):
         """IO loop: an utterance whose engine session cannot be named (the store holding the
         hub secret is down, an id over its bound) still gets its end, with the reason; the
         one log line is the turn's (`why` is bounded)."""
-        from tornado.ioloop import IOLoop
         peer, sat_session = sender_of(message)
-        turn = HubTurn(self, message, self.clients.get(peer), peer, IOLoop.current(), "",
+        turn = HubTurn(self, message, self.clients.get(peer), peer, loop_here(self.own_loop), "",
                        sat_session, "")
         turn.finish(failed=True, why=why, reason=reason)
 
@@ -224,4 +225,5 @@ class ChatAgentProtocol(AgentProtocol):
         stop = getattr(self.engine, "shutdown", None)
         if callable(stop):
             stop()
+        self.own_loop.close()
 
