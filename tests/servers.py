@@ -47,6 +47,13 @@ class ServerProcess:
         raise RuntimeError(f"{argv[0]} did not serve within 20 s; see "
                            f"{self.directory}/{log_name}")
 
+    def kill(self) -> None:
+        """kill -9: the server dies with whatever it had not yet handed on."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        self.process = None
+
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
             self.process.terminate()
@@ -62,9 +69,12 @@ class RedisServer(ServerProcess):
     """redis-server on 127.0.0.1, no persistence; `stop()` and `start()` again keep the port,
     as a Redis that goes down and comes back does."""
 
-    def __init__(self, directory: str, port: Optional[int] = None):
+    def __init__(self, directory: str, port: Optional[int] = None,
+                 extra: "tuple[str, ...]" = ()):
+        """`extra`: more redis-server options (`("--replicaof", "127.0.0.1", "6379")`)."""
         self.directory = directory
         self.port = port or free_port()
+        self.extra = tuple(extra)
         self.process: Optional[subprocess.Popen] = None
 
     @property
@@ -73,8 +83,8 @@ class RedisServer(ServerProcess):
 
     def start(self) -> "RedisServer":
         self.spawn([need("redis-server"), "--port", str(self.port), "--bind", "127.0.0.1",
-                    "--save", "", "--appendonly", "no", "--dir", self.directory], "redis.log",
-                   self._pong)
+                    "--save", "", "--appendonly", "no", "--dir", self.directory, *self.extra],
+                   "redis.log", self._pong)
         return self
 
     def _pong(self) -> bool:

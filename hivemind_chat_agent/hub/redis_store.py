@@ -29,7 +29,6 @@ import threading
 import time
 import uuid
 from typing import Any, Dict, List, Optional
-from urllib.parse import urlsplit, urlunsplit
 
 import redis
 
@@ -52,6 +51,7 @@ from hivemind_chat_agent.hub.conversation_store import (
     record_from_json,
     record_to_json,
 )
+from hivemind_chat_agent.hub.redis_urls import redis_client, shown_url
 
 HEARTBEAT = 1.0        # seconds between this hub's "alive" renewals
 ALIVE_FOR = 3          # seconds an "alive" key outlives its last renewal
@@ -61,8 +61,8 @@ class RedisStore:
     def __init__(self, url: str, history_turns: int, history_bytes: int, session_ttl: float,
                  max_sessions_per_client: int = 256,
                  max_turn_records_per_client: int = MAX_TURN_RECORDS_PER_CLIENT):
-        self._where = _without_password(url)
-        self._redis = redis.Redis.from_url(
+        self._where = shown_url(url)
+        self._redis = redis_client(
             url, socket_timeout=REDIS_TIMEOUT, socket_connect_timeout=REDIS_TIMEOUT,
             health_check_interval=30, decode_responses=True)
         self.history_turns = history_turns
@@ -363,12 +363,3 @@ def _alive(owner: str) -> str:
 def _history(session_id: str) -> str:
     return f"{KEY_PREFIX}history:{session_id}"
 
-
-def _without_password(url: str) -> str:
-    """The URL as it may be logged: no password."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))

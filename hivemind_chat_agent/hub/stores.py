@@ -9,19 +9,23 @@ from hivemind_chat_agent.hub.conversation_store import (
     MemoryStore,
 )
 
+# hub/redis_urls.SCHEMES, named here so that a "memory" hub never imports redis
+REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+sentinel", "rediss+sentinel")
+
 
 def open_store(url: str, history_turns: int, history_bytes: int, session_ttl: float,
                data_home: Callable[[], str], max_sessions_per_client: int = 256,
                max_turn_records_per_client: int = MAX_TURN_RECORDS_PER_CLIENT
                ) -> ConversationStore:
-    """The store `url` names ("memory", or "redis://..." / "rediss://..." / "unix://...").
+    """The store `url` names ("memory", or "redis://..." / "rediss://..." / "unix://...", or
+    "redis+sentinel://..." for the primary Redis Sentinel names: hub/redis_urls.py).
     The memory store leaves `max_sessions_per_client` to the plugin's SatelliteSessions (it
     is the only hub); Redis holds it for all the replicas sharing it."""
     scheme = urlsplit(url).scheme if "://" in url else url
     if scheme in ("", "memory"):
         return MemoryStore(history_turns, history_bytes, data_home,
                            max_turn_records_per_client=max_turn_records_per_client)
-    if scheme in ("redis", "rediss", "unix"):
+    if scheme in REDIS_SCHEMES:
         from hivemind_chat_agent.extras import require
         require("redis", "the Redis conversation store")
         from hivemind_chat_agent.hub.redis_store import RedisStore
@@ -29,5 +33,5 @@ def open_store(url: str, history_turns: int, history_bytes: int, session_ttl: fl
                           max_sessions_per_client=max_sessions_per_client,
                           max_turn_records_per_client=max_turn_records_per_client)
     raise ConfigurationError(
-        f'conversation_store must be "memory" or a redis:// URL (redis://HOST:PORT/DB), '
-        f"not {scheme!r}")
+        f'conversation_store must be "memory" or a redis:// URL (redis://HOST:PORT/DB, '
+        f"redis+sentinel://HOST:PORT[,HOST:PORT...]/SERVICE[/DB]), not {scheme!r}")

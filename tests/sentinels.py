@@ -1,0 +1,106 @@
+"""Redis Sentinel from Debian's redis-server, for tests: a primary, a replica and three
+sentinels watching them, all on free loopback ports, each in a directory of its own and stopped
+by its PID. The sentinels are `redis-server CONF --sentinel` (the same binary as Debian's
+redis-sentinel), quick to judge: a primary silent for 1 s is down."""
+import os
+from typing import List, Optional, Tuple
+
+import redis
+from hubs import free_port
+from servers import RedisServer, ServerProcess, need
+from waiting import wait_until
+
+SERVICE = "hub"
+DOWN_AFTER_MS = 1000
+
+
+class SentinelProcess(ServerProcess):
+    def __init__(self, directory: str, primary_port: int):
+        self.directory = directory
+        self.port = free_port()
+        self.primary_port = primary_port
+        self.process = None
+
+    def start(self) -> "SentinelProcess":
+        os.makedirs(self.directory, exist_ok=True)
+        conf = os.path.join(self.directory, "sentinel.conf")   # sentinel rewrites it
+        with open(conf, "w") as f:
+            f.write(f"port {self.port}\nbind 127.0.0.1\ndir {self.directory}\n"
+                    f"sentinel monitor {SERVICE} 127.0.0.1 {self.primary_port} 2\n"
+                    f"sentinel down-after-milliseconds {SERVICE} {DOWN_AFTER_MS}\n"
+                    f"sentinel failover-timeout {SERVICE} 10000\n"
+                    f"sentinel parallel-syncs {SERVICE} 1\n")
+        self.spawn([need("redis-server"), conf, "--sentinel"], "sentinel.log", self._pong)
+        return self
+
+    def _pong(self) -> bool:
+        return self.client().ping()
+
+    def client(self) -> redis.Redis:
+        return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=2,
+                           decode_responses=True)
+
+
+class SentinelSet:
+    """`start()`: the primary, its replica (in sync) and three sentinels that see both and
+    each other; `url` is the conversation_store URL our hubs take."""
+
+    def __init__(self, directory: str):
+        self.primary = RedisServer(os.path.join(directory, "primary"))
+        self.replica = RedisServer(os.path.join(directory, "replica"),
+                                   extra=("--replicaof", "127.0.0.1", str(self.primary.port)))
+        self.sentinels = [SentinelProcess(os.path.join(directory, f"sentinel-{i}"),
+                                          self.primary.port) for i in range(3)]
+
+    @property
+    def url(self) -> str:
+        hosts = ",".join(f"127.0.0.1:{s.port}" for s in self.sentinels)
+        return f"redis+sentinel://{hosts}/{SERVICE}/0"
+
+    def start(self) -> "SentinelSet":
+        self.primary.start()
+        self.replica.start()
+        for sentinel in self.sentinels:
+            sentinel.start()
+        assert wait_until(self._watching, 60), "the sentinels never saw the replica and each other"
+        return self
+
+    def _watching(self) -> bool:
+        for sentinel in self.sentinels:
+            client = sentinel.client()
+            try:
+                if len(client.sentinel_slaves(SERVICE)) < 1 or \
+                        len(client.sentinel_sentinels(SERVICE)) < 2:
+                    return False
+            finally:
+                client.close()
+        return True
+
+    def primary_address(self) -> Optional[Tuple[str, int]]:
+        """Where the sentinels say the primary is now (the first that answers)."""
+        for sentinel in self.sentinels:
+            client = sentinel.client()
+            try:
+                host, port = client.sentinel_get_master_addr_by_name(SERVICE)
+                return host, int(port)
+            except (redis.RedisError, TypeError, ValueError):
+                continue
+            finally:
+                client.close()
+        return None
+
+    def in_sync(self) -> bool:
+        """The replica has everything the primary acknowledged (Redis replicates
+        asynchronously: what a killed primary had not yet sent is lost in a failover)."""
+        primary = redis.Redis(port=self.primary.port, socket_timeout=2)
+        try:
+            offset = primary.info("replication")["master_repl_offset"]
+            replicas: List[dict] = [v for k, v in primary.info("replication").items()
+                                    if k.startswith("slave") and isinstance(v, dict)]
+            return bool(replicas) and all(int(r["offset"]) >= offset for r in replicas)
+        finally:
+            primary.close()
+
+    def stop(self) -> None:
+        for server in [*self.sentinels, self.replica, self.primary]:
+            server.stop()

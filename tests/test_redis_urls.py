@@ -1,0 +1,47 @@
+"""hub/redis_urls.py without a Redis: what a Sentinel URL names, what is refused and how, and
+that no password reaches a log line."""
+import pytest
+
+from hivemind_chat_agent.errors import ConfigurationError
+from hivemind_chat_agent.hub.redis_urls import parse_sentinel_url, redis_client, shown_url
+
+
+def test_a_sentinel_url_names_its_sentinels_service_database_and_credentials():
+    where = parse_sentinel_url("redis+sentinel://app:s3cret@10.0.0.5:26379,[::1]:26380/hub/2"
+                               "?sentinel_password=other")
+    assert where == {"sentinels": [("10.0.0.5", 26379), ("::1", 26380)], "service": "hub",
+                     "db": 2, "username": "app", "password": "s3cret",
+                     "sentinel_password": "other"}
+    assert parse_sentinel_url("redis+sentinel://127.0.0.1:26379/hub")["db"] == 0
+
+
+@pytest.mark.parametrize("url", [
+    "redis+sentinel://127.0.0.1:26379/",           # no service
+    "redis+sentinel:///hub/0",                       # no sentinel
+    "redis+sentinel://127.0.0.1/hub",               # no port
+    "redis+sentinel://127.0.0.1:26379/hub/zero",    # not a database number
+    "redis+sentinel://:pw@127.0.0.1:x/hub",
+])
+def test_a_malformed_sentinel_url_is_a_configuration_error_that_shows_the_form(url):
+    with pytest.raises(ConfigurationError) as raised:
+        parse_sentinel_url(url)
+    assert "redis+sentinel://HOST:PORT" in str(raised.value)
+    assert "pw" not in str(raised.value)
+
+
+def test_no_password_is_shown():
+    assert shown_url("redis://:pw@host:6379/0") == "redis://:***@host:6379/0"
+    assert shown_url("redis+sentinel://u:pw@a:1,b:2/hub/0?sentinel_password=spw") == \
+        "redis+sentinel://u:***@a:1,b:2/hub/0?sentinel_password=***"
+    assert shown_url("redis://host:6379/0") == "redis://host:6379/0"
+
+
+def test_a_sentinel_client_asks_for_the_named_primary_with_the_data_nodes_password():
+    client = redis_client("redis+sentinel://u:pw@127.0.0.1:1,127.0.0.1:2/hub/3",
+                          socket_timeout=1.0, decode_responses=True)
+    pool = client.connection_pool
+    assert pool.service_name == "hub" and pool.connection_kwargs["db"] == 3
+    assert pool.connection_kwargs["password"] == "pw"
+    sentinel_kwargs = pool.sentinel_manager.sentinels[0].connection_pool.connection_kwargs
+    assert sentinel_kwargs["password"] is None and not sentinel_kwargs.get("decode_responses")
+    assert sentinel_kwargs["socket_timeout"] == 1.0

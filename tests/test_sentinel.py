@@ -1,0 +1,118 @@
+"""The conversation store behind Redis Sentinel (hub/redis_urls.py): Debian's redis-server as a
+primary, a replica and three sentinels (tests/sentinels.py); the primary killed with -9 while
+conversations go on. What was replicated before the kill is still there after the promotion,
+every call during the failover ends within the store's timeouts (answered or
+ConversationStoreError, none hangs), and the conversations then continue by themselves, first
+through RedisStore itself, then through a genuine 5.x hub and our client."""
+import time
+
+import pytest
+from sentinels import SentinelSet
+from waiting import wait_until
+
+from hivemind_chat_agent.core.transcript import ANSWERED, Exchange
+from hivemind_chat_agent.errors import ConversationStoreError, HiveMindChatError
+from hivemind_chat_agent.hub.conversation_store import REDIS_TIMEOUT
+from hivemind_chat_agent.hub.redis_store import RedisStore
+
+pytestmark = pytest.mark.hub
+CONVERSATIONS = 10
+FAILOVER_BOUND = 90.0     # seconds for the promotion on a loaded machine (about 2-5 s idle)
+CALL_BOUND = 4 * REDIS_TIMEOUT + 2   # connect, sentinel lookups, the command: never a hang
+PACE = 0.2                # seconds between a caller's rounds once the store has failed
+
+
+@pytest.fixture
+def sentinel(tmp_path):
+    deployment = SentinelSet(str(tmp_path)).start()
+    yield deployment
+    deployment.stop()
+
+
+def timed(call, *args):
+    started = time.monotonic()
+    try:
+        return call(*args), time.monotonic() - started
+    except ConversationStoreError as e:
+        return e, time.monotonic() - started
+
+
+def test_the_store_follows_the_promoted_replica_and_keeps_what_was_replicated(sentinel):
+    store = RedisStore(sentinel.url, history_turns=50, history_bytes=10 ** 6, session_ttl=600)
+    sessions = [f"conversation-{i}" for i in range(CONVERSATIONS)]
+    kept = {s: [Exchange(f"before {s}", "answered", ANSWERED)] for s in sessions}
+    try:
+        for s in sessions:
+            store.record(s, kept[s][0])
+        assert wait_until(sentinel.in_sync, 10)
+        old = sentinel.primary_address()
+        sentinel.primary.kill()
+        failed, slowest, round_ = 0, 0.0, 0
+        waiting = set(sessions)          # no turn answered since the kill yet
+        killed = time.monotonic()
+        deadline = killed + FAILOVER_BOUND
+        while waiting and time.monotonic() < deadline:
+            round_ += 1
+            if failed:
+                time.sleep(PACE)         # a caller's pace, not a wait for anything
+            for s in sessions:
+                exchange = Exchange(f"after {s} {round_}", "answered", ANSWERED)
+                result, took = timed(store.record, s, exchange)
+                slowest = max(slowest, took)
+                if isinstance(result, ConversationStoreError):
+                    failed += 1
+                    assert "redis+sentinel://" in str(result) and "turns fail" in str(result)
+                    continue
+                kept[s].append(exchange)
+                waiting.discard(s)
+        assert not waiting, f"no answer since the kill for {sorted(waiting)}"
+        assert sentinel.primary_address() != old
+        assert slowest < CALL_BOUND, slowest
+        for s in sessions:               # what a failed call may have written is not asserted
+            history = store.history(s)
+            assert history[0] == kept[s][0]
+            answered = [e for e in history if e in kept[s]]
+            assert answered == kept[s], (s, history)
+        print(f"failover: all {CONVERSATIONS} answered again {time.monotonic() - killed:.1f} s "
+              f"after the kill; {failed} calls failed with ConversationStoreError meanwhile, "
+              f"the slowest call took {slowest:.2f} s")
+    finally:
+        store.close()
+
+
+def test_conversations_through_a_hub_continue_with_their_history_after_the_failover(sentinel):
+    from replicas import replica
+
+    from hivemind_chat_agent import HiveMindChatAgent
+    hub = replica(sentinel.url).start()
+    try:
+        creds = hub.add_client(name="sentinel")
+        agent = HiveMindChatAgent(creds.agent_config(timeout=20))
+        names = {f"room-{i}": name for i, name in enumerate(
+            ["Ada", "Bob", "Cy", "Dee", "Eve", "Fay", "Gus", "Hal", "Ivy", "Jo"][:CONVERSATIONS])}
+        try:
+            for session, name in names.items():
+                assert name in agent.get_response(f"my name is {name}", session_id=session)
+            assert wait_until(sentinel.in_sync, 10)
+            sentinel.primary.kill()
+            remembered, failed, deadline = {}, 0, time.monotonic() + FAILOVER_BOUND
+            while len(remembered) < len(names) and time.monotonic() < deadline:
+                if failed:
+                    time.sleep(PACE)
+                for session in names:
+                    if session in remembered:
+                        continue
+                    started = time.monotonic()
+                    try:
+                        remembered[session] = agent.get_response("what is my name",
+                                                                 session_id=session)
+                    except HiveMindChatError as e:     # store_unavailable, while it fails over
+                        assert "store" in str(e).lower(), e
+                        failed += 1
+                    assert time.monotonic() - started < 25     # the turn's timeout, never more
+            assert remembered == {s: f"Your name is {n}." for s, n in names.items()}
+            print(f"through the hub: {failed} turns failed with the store while it failed over")
+        finally:
+            agent.shutdown()
+    finally:
+        hub.cleanup()
