@@ -12,7 +12,9 @@ at its well-known path); `HubExecutor` is the agent behind it:
 - a `contextId` is one OVOS session (core/a2a_tasks.TaskBook.session_for), a message without
   one starts a new context (the SDK names it);
 - the next message naming a task that waits in `input-required` answers the question in the
-  same session (OVOS's get_response), then the task ends as that turn does;
+  same session (OVOS's get_response), then the task ends as that turn does; what was said
+  before moves from the task's artifacts into its history (turn_over), so its artifacts are
+  always its last turn's;
 - `CancelTask` stops the turn at the hub (ChatTurn.terminate, the barge-in);
 - tasks live in a bounded store (`BoundedTaskStore`, the TaskBook deciding what it forgets).
 A hub that cannot be reached before the task began is a JSON-RPC error naming it.
@@ -130,6 +132,24 @@ def Caller(name: str):
     return _Caller()
 
 
+def turn_over(task) -> None:
+    """`task`, waiting in input-required, as its answer begins the next turn: its artifacts
+    (what the hub said before the answer, the question last) move into its history as one
+    agent message, so its artifacts become this turn's alone. A client that reads the task's
+    artifacts when it ends (ovos-a2a-solver-plugin and hivemind-a2a-agent-plugin without
+    `streaming`, their default) then says the answer, not the question again; GetTask still
+    has the whole exchange in order (the SDK appends the answer to the history next).
+
+    In place: the a2a-sdk 1.3.0 handler gives the executor the task it goes on saving (its
+    task manager's own), and ignores a Task event for a task that exists."""
+    from a2a.types import Message, Part, Role
+    said = [Part(text=p.text) for a in task.artifacts for p in a.parts if p.text]
+    task.ClearField("artifacts")
+    if said:
+        task.history.append(Message(role=Role.ROLE_AGENT, message_id=uuid.uuid4().hex,
+                                    task_id=task.id, context_id=task.context_id, parts=said))
+
+
 class HubExecutor:
     """The agent behind the SDK's handler (its AgentExecutor's two methods; the SDK calls
     them without checking the base class): a message is a turn of its context's session."""
@@ -152,6 +172,8 @@ class HubExecutor:
         turn = await self._begin(context.get_user_input(), session)
         if context.current_task is None:
             await event_queue.enqueue_event(new_task_from_user_message(context.message))
+        else:
+            turn_over(context.current_task)
         updater = TaskUpdater(event_queue, context.task_id, context.context_id)
         self.turns[context.task_id] = turn
         REQUEST_TASKS.get([]).append(context.task_id)
