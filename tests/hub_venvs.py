@@ -13,6 +13,10 @@ venv, an unchanged one is reused, and nothing depends on the cache being there.
     ovos-hub-5   the genuine OVOS hub on the 5.x line (requirements-ovos-hub-5.txt)
     ovos-stable  ovos-core 2.1.1 and its skills without HiveMind, where tests/test_installs.py
                  installs the client as a persona's environment would get it
+    a2a-persona  ovos-persona 0.9.0a35 with ovos-a2a-solver-plugin 0.0.4a1: an OVOS persona
+                 answered by an A2A agent (requirements-a2a-persona.txt)
+    a2a-hub-5    hivemind-core 5.3.10a1 with hivemind-a2a-agent-plugin 0.1.6a1 as its agent
+                 protocol: a second hub answered by an A2A agent (requirements-a2a-hub-5.txt)
 
 A venv that runs this checkout's code (hub-4.0: our hub plugin, the test pipeline) does not get
 the package installed into it. `package_path()` gives a small folder to put first on the hub's
@@ -22,8 +26,8 @@ cached venv serves any number of checkouts, at the same time too.
 
     python tests/hub_venvs.py [NAME ...]   builds the venvs (all by default), prints their paths
 
-HIVEMIND_CHAT_VENV_HUB_4_0, HIVEMIND_CHAT_VENV_OVOS_HUB, HIVEMIND_CHAT_VENV_OVOS_HUB_5 (and,
-as before, HIVEMIND_CHAT_OVOS_VENV) name a ready venv to use instead of the cached one.
+HIVEMIND_CHAT_VENV_<NAME> (HUB_4_0, OVOS_HUB, OVOS_HUB_5, A2A_PERSONA, A2A_HUB_5 ...; and, as
+before, HIVEMIND_CHAT_OVOS_VENV) name a ready venv to use instead of the cached one.
 """
 import configparser
 import fcntl
@@ -47,6 +51,8 @@ VENVS = {
     "ovos-hub": "requirements-ovos-hub.txt",
     "ovos-hub-5": "requirements-ovos-hub-5.txt",
     "ovos-stable": "requirements-ovos-stable.txt",
+    "a2a-persona": "requirements-a2a-persona.txt",
+    "a2a-hub-5": "requirements-a2a-hub-5.txt",
 }
 # complete pinned sets that contradict a package's declared bounds on purpose
 NO_DEPS = {"hub-4.0-noise"}
