@@ -201,6 +201,21 @@ def test_the_0_3_method_names_older_clients_use(creds):
         assert streamed_texts == texts
 
 
+def test_the_public_url_is_the_card_s_and_its_host_is_allowed(creds):
+    """Clients post to the URL the card names (both plugins do), so --public-url's host is a
+    Host the guard lets through; another name is still refused."""
+    with a2a_command(creds, "--public-url", "http://agent.test:9999/") as url:
+        card = httpx.get(f"{url}/.well-known/agent-card.json", timeout=10).json()
+        assert {i["url"] for i in card["supportedInterfaces"]} == {"http://agent.test:9999/"}
+        rpc = {"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": {
+            "role": "user", "messageId": uuid.uuid4().hex, "kind": "message",
+            "parts": [{"kind": "text", "text": "hello"}]}}}
+        sent = httpx.post(url + "/", json=rpc, headers={"Host": "agent.test:9999"}, timeout=30)
+        assert sent.json()["result"]["artifacts"][0]["parts"][0]["text"] == "hello there"
+        other = httpx.post(url + "/", json=rpc, headers={"Host": "other.test:9999"}, timeout=30)
+        assert other.status_code == 421
+
+
 def test_a_dead_hub_is_an_error_naming_it(creds):
     dead = free_port()
     with a2a_command(creds, hub_port=dead) as url:
