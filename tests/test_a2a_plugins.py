@@ -6,8 +6,9 @@ a venv of its own (tests/hub_venvs.py) and configured as docs/a2a.md shows:
 - ovos-a2a-solver-plugin 0.0.4a1 as the handler of a genuine ovos-persona 0.9.0a35 persona
   (tests/a2a_persona.py runs its PersonaService): the persona's answer is the hub's;
 - hivemind-a2a-agent-plugin 0.1.6a1 as the agent protocol of a second genuine hivemind-core
-  5.3.10a1 hub: its satellites (our client, registered with hivemind-core's own CLI) are
-  answered by the first hub through A2A, each satellite its own context.
+  5.3.10a1 hub: its satellites (two of our client and hivemind-bus-client's own, each
+  registered with hivemind-core's own CLI) are answered by the first hub through A2A, each
+  satellite its own context.
 
 Both plugins in both of their modes: `streaming` true (SendStreamingMessage, artifact updates)
 and false (SendMessage, the default: the task's artifacts)."""
@@ -18,6 +19,7 @@ import subprocess
 import hub_venvs
 import pytest
 from hubs import HubProcess
+from stock_satellite import HANDLED, SPEAK_TYPES, StockSatellite
 from test_a2a_server import a2a_command
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -64,6 +66,15 @@ def test_an_ovos_persona_is_answered_by_the_hub(creds, make_agent, tmp_path, str
     assert said[5] == ["blue is a fine colour"]
 
 
+def stock_turn(sat, utterance: str) -> list:
+    """What a stock satellite was told for `utterance`: its speaks, up to its one handled."""
+    since = sat.mark()
+    sat.say(utterance)
+    got = sat.until_handled(since=since, timeout=60)
+    assert [m["type"] for m in got].count(HANDLED) == 1, (utterance, got)
+    return [m["data"].get("utterance") for m in got if m["type"] in SPEAK_TYPES]
+
+
 @pytest.mark.hub
 @pytest.mark.parametrize("streaming", MODES)
 def test_a_second_hub_answers_its_satellites_through_a2a(creds, make_agent, streaming):
@@ -85,5 +96,14 @@ def test_a_second_hub_answers_its_satellites_through_a2a(creds, make_agent, stre
             assert say(b, "recall") == "you said bob"
             assert say(a, "ask") == "what is your favourite colour?"   # a skill's question,
             assert say(a, "blue") == "blue is a fine colour"           # answered by a
+            # hivemind-bus-client's own satellite (5.x line), a context of its own too
+            stock = StockSatellite("5", hub.add_client(name="stock-sat"), name="stock-sat")
+            try:
+                assert stock_turn(stock, "recall") == ["I remember nothing"]
+                assert stock_turn(stock, "remember cy") == ["I will remember that"]
+                assert stock_turn(stock, "recall") == ["you said cy"]
+            finally:
+                stock.close()
+            assert say(a, "recall") == "you said ada"
         finally:
             hub.cleanup()
