@@ -15,6 +15,10 @@ venv, an unchanged one is reused, and nothing depends on the cache being there.
                  installs the client as a persona's environment would get it
     hivescope    the ecosystem's E2E library and the 5.x hub line, where tests/test_hivescope.py
                  drives our hub plugin from a thread with no IO loop
+    a2a-persona  ovos-persona 0.9.0a35 with ovos-a2a-solver-plugin 0.0.4a1: an OVOS persona
+                 answered by an A2A agent (requirements-a2a-persona.txt)
+    a2a-hub-5    hivemind-core 5.3.10a1 with hivemind-a2a-agent-plugin 0.1.6a1 as its agent
+                 protocol: a second hub answered by an A2A agent (requirements-a2a-hub-5.txt)
 
 A venv that runs this checkout's code (hub-4.0: our hub plugin, the test pipeline) does not get
 the package installed into it. `package_path()` gives a small folder to put first on the hub's
@@ -24,8 +28,8 @@ cached venv serves any number of checkouts, at the same time too.
 
     python tests/hub_venvs.py [NAME ...]   builds the venvs (all by default), prints their paths
 
-HIVEMIND_CHAT_VENV_HUB_4_0, HIVEMIND_CHAT_VENV_OVOS_HUB, HIVEMIND_CHAT_VENV_OVOS_HUB_5 (and,
-as before, HIVEMIND_CHAT_OVOS_VENV) name a ready venv to use instead of the cached one.
+HIVEMIND_CHAT_VENV_<NAME> (HUB_4_0, OVOS_HUB, OVOS_HUB_5, A2A_PERSONA, A2A_HUB_5 ...; and, as
+before, HIVEMIND_CHAT_OVOS_VENV) name a ready venv to use instead of the cached one.
 """
 import configparser
 import fcntl
@@ -50,6 +54,8 @@ VENVS = {
     "ovos-hub-5": "requirements-ovos-hub-5.txt",
     "ovos-stable": "requirements-ovos-stable.txt",
     "hivescope": "requirements-hivescope.txt",
+    "a2a-persona": "requirements-a2a-persona.txt",
+    "a2a-hub-5": "requirements-a2a-hub-5.txt",
 }
 # complete pinned sets that contradict a package's declared bounds on purpose
 NO_DEPS = {"hub-4.0-noise"}

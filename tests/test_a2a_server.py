@@ -162,10 +162,15 @@ def test_a_question_is_input_required_and_the_next_message_answers_it(creds):
                                          task_id=asked.id)
                 assert answered.id == asked.id
                 assert answered.status.state == TaskState.TASK_STATE_COMPLETED
-                assert answer_of(answered) == ("what is your favourite colour?\n"
-                                               "blue is a fine colour")
+                # its artifacts are the answer's turn alone (clients that read them at the
+                # end say no question twice); the question went into its history, in order
+                assert answer_of(answered) == "blue is a fine colour"
                 got = await client.get_task(GetTaskRequest(id=asked.id))
                 assert got.status.state == TaskState.TASK_STATE_COMPLETED
+                assert [(m.role, [p.text for p in m.parts]) for m in got.history] == [
+                    (Role.ROLE_USER, ["ask"]),
+                    (Role.ROLE_AGENT, ["what is your favourite colour?"]),
+                    (Role.ROLE_USER, ["blue"])]
                 with pytest.raises(Exception, match="terminal state"):   # ended: not continued
                     await send(client, "red", context_id=asked.context_id, task_id=asked.id)
         run(main())
@@ -194,6 +199,21 @@ def test_the_0_3_method_names_older_clients_use(creds):
         streamed_texts = [p["text"] for e in events if e["result"].get("kind") ==
                           "artifact-update" for p in e["result"]["artifact"]["parts"]]
         assert streamed_texts == texts
+
+
+def test_the_public_url_is_the_card_s_and_its_host_is_allowed(creds):
+    """Clients post to the URL the card names (both plugins do), so --public-url's host is a
+    Host the guard lets through; another name is still refused."""
+    with a2a_command(creds, "--public-url", "http://agent.test:9999/") as url:
+        card = httpx.get(f"{url}/.well-known/agent-card.json", timeout=10).json()
+        assert {i["url"] for i in card["supportedInterfaces"]} == {"http://agent.test:9999/"}
+        rpc = {"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": {
+            "role": "user", "messageId": uuid.uuid4().hex, "kind": "message",
+            "parts": [{"kind": "text", "text": "hello"}]}}}
+        sent = httpx.post(url + "/", json=rpc, headers={"Host": "agent.test:9999"}, timeout=30)
+        assert sent.json()["result"]["artifacts"][0]["parts"][0]["text"] == "hello there"
+        other = httpx.post(url + "/", json=rpc, headers={"Host": "other.test:9999"}, timeout=30)
+        assert other.status_code == 421
 
 
 def test_a_dead_hub_is_an_error_naming_it(creds):

@@ -25,6 +25,22 @@ def test_each_front_s_uri_is_parsed_and_a_wrong_one_names_the_front_s_option():
             f"--http must look like http://127.0.0.1:8765, not {wrong!r}"
 
 
+def test_the_a2a_card_names_a_url_clients_can_post_to():
+    from hivemind_chat_agent.bridges.a2a_server import card_url, public_host
+    assert card_url("127.0.0.1", "http://127.0.0.1:9999", None) == "http://127.0.0.1:9999/"
+    assert card_url("192.0.2.2", "http://192.0.2.2:9999/", None) == "http://192.0.2.2:9999/"
+    assert card_url("0.0.0.0", "http://0.0.0.0:9999", "http://hub.lan:9999") == \
+        "http://hub.lan:9999/"
+    for host in ("0.0.0.0", "::"):      # the plugins post to the card's URL: 0.0.0.0 fails
+        with pytest.raises(ConfigurationError, match="needs --public-url"):
+            card_url(host, f"http://{host}:9999", None)
+    assert public_host("http://192.0.2.2:9999") == "192.0.2.2"      # an allowed Host then
+    assert public_host("https://assistant.example.org/a2a") == "assistant.example.org"
+    for wrong in ("assistant.lan:9999", "ftp://hub.lan", "http://hub.lan:port", "http://"):
+        with pytest.raises(ConfigurationError, match="--public-url must look like"):
+            public_host(wrong)
+
+
 def test_beyond_loopback_only_with_a_key():
     for host in ("127.0.0.1", "127.9.9.9", "::1", "localhost"):
         serving.check_exposure(host, Keys())

@@ -12,7 +12,9 @@ at its well-known path); `HubExecutor` is the agent behind it:
 - a `contextId` is one OVOS session (core/a2a_tasks.TaskBook.session_for), a message without
   one starts a new context (the SDK names it);
 - the next message naming a task that waits in `input-required` answers the question in the
-  same session (OVOS's get_response), then the task ends as that turn does;
+  same session (OVOS's get_response), then the task ends as that turn does; what was said
+  before moves from the task's artifacts into its history (turn_over), so its artifacts are
+  always its last turn's;
 - `CancelTask` stops the turn at the hub (ChatTurn.terminate, the barge-in);
 - tasks live in a bounded store (`BoundedTaskStore`, the TaskBook deciding what it forgets).
 A hub that cannot be reached before the task began is a JSON-RPC error naming it.
@@ -22,6 +24,7 @@ Origin, a Bearer key off loopback and each key its own conversations, bounded bo
 connections, a caller who hangs up stops its turn); the card is readable without a key (it
 says that the rest needs one). Only the standard library is imported at the top.
 """
+import argparse
 import asyncio
 import contextvars
 import uuid
@@ -130,6 +133,24 @@ def Caller(name: str):
     return _Caller()
 
 
+def turn_over(task) -> None:
+    """`task`, waiting in input-required, as its answer begins the next turn: its artifacts
+    (what the hub said before the answer, the question last) move into its history as one
+    agent message, so its artifacts become this turn's alone. A client that reads the task's
+    artifacts when it ends (ovos-a2a-solver-plugin and hivemind-a2a-agent-plugin without
+    `streaming`, their default) then says the answer, not the question again; GetTask still
+    has the whole exchange in order (the SDK appends the answer to the history next).
+
+    In place: the a2a-sdk 1.3.0 handler gives the executor the task it goes on saving (its
+    task manager's own), and ignores a Task event for a task that exists."""
+    from a2a.types import Message, Part, Role
+    said = [Part(text=p.text) for a in task.artifacts for p in a.parts if p.text]
+    task.ClearField("artifacts")
+    if said:
+        task.history.append(Message(role=Role.ROLE_AGENT, message_id=uuid.uuid4().hex,
+                                    task_id=task.id, context_id=task.context_id, parts=said))
+
+
 class HubExecutor:
     """The agent behind the SDK's handler (its AgentExecutor's two methods; the SDK calls
     them without checking the base class): a message is a turn of its context's session."""
@@ -152,6 +173,8 @@ class HubExecutor:
         turn = await self._begin(context.get_user_input(), session)
         if context.current_task is None:
             await event_queue.enqueue_event(new_task_from_user_message(context.message))
+        else:
+            turn_over(context.current_task)
         updater = TaskUpdater(event_queue, context.task_id, context.context_id)
         self.turns[context.task_id] = turn
         REQUEST_TASKS.get([]).append(context.task_id)
@@ -298,8 +321,9 @@ def add_options(p):
                    help=f"where to listen (default {DEFAULT_URI}); another address than "
                         "loopback needs an API key")
     p.add_argument("--public-url", default=None, metavar="URL",
-                   help="the URL the agent card gives clients (default: --uri), e.g. when "
-                        "listening on 0.0.0.0 or behind a proxy")
+                   help="the URL the agent card gives clients (default: --uri; needed when "
+                        "listening on 0.0.0.0, or behind a proxy); its host is an allowed "
+                        "Host")
     p.add_argument("--max-tasks", type=int, default=1000, metavar="N",
                    help="tasks kept for GetTask and answers (default 1000; the oldest ended "
                         "ones are forgotten first)")
@@ -308,16 +332,58 @@ def add_options(p):
     return p
 
 
+def card_url(host: str, uri: str, public_url: Optional[str]) -> str:
+    """The URL the card gives clients to send their messages to: `public_url`, else `uri`.
+    ConfigurationError when that would be a wildcard bind address (0.0.0.0, ::): clients,
+    the ecosystem's plugins among them, post to the card's URL, and 0.0.0.0 reaches no one
+    (or, on the same machine, is refused as a foreign Host)."""
+    import ipaddress
+
+    from hivemind_chat_agent.errors import ConfigurationError
+    if public_url is None:
+        try:
+            wildcard = ipaddress.ip_address(host).is_unspecified
+        except ValueError:
+            wildcard = False
+        if wildcard:
+            raise ConfigurationError(
+                f"listening on {host} needs --public-url (e.g. http://THIS-MACHINE:PORT): the "
+                "agent card gives clients that URL to send their messages to")
+    return (public_url or uri).rstrip("/") + "/"
+
+
+def public_host(public_url: str) -> str:
+    """The host of --public-url (http or https, a port or none, a path or none), or a
+    ConfigurationError naming the option."""
+    from urllib.parse import urlparse
+
+    from hivemind_chat_agent.errors import ConfigurationError
+    try:
+        parsed = urlparse(public_url)
+        # .port raises for a port that is not a number, or out of range
+        host = parsed.hostname if parsed.scheme in ("http", "https") and \
+            (parsed.port or 0) >= 0 else None
+    except ValueError:
+        host = None
+    if not host:
+        raise ConfigurationError(f"--public-url must look like http://assistant.lan:9999 or "
+                                 f"https://assistant.example.org/a2a, not {public_url!r}")
+    return host
+
+
 def serve_from_cli(args, out, config: Dict[str, Any]) -> int:
     """`hivemind-chat a2a` in bridges/serving's shell: refused before the hub is dialled when
     the address or the keys do not do; a stop signal drains the requests in flight."""
     from hivemind_chat_agent.errors import ConfigurationError
     where = serving.parse_uri(args.uri, "--uri", ("http",), DEFAULT_URI)
+    url = card_url(where.host, args.uri, args.public_url)
+    if args.public_url:     # the name the card gives clients is a Host they may send
+        args = argparse.Namespace(**{**vars(args), "allowed_host": [
+            *(args.allowed_host or []), public_host(args.public_url)]})
     guard = http_front.guard_from_cli(args, where.host, "A2A server")
     limits = http_front.limits_from(args)
     if args.max_tasks < 1:
         raise ConfigurationError("--max-tasks must be at least 1")
-    url = (args.public_url or args.uri).rstrip("/") + "/"
     with serving.front_agent(config, "hivemind-chat-a2a") as agent:
         app = guarded_app(agent, guard, url, limits, TaskBook(max_tasks=args.max_tasks))
         out.info(f"A2A agent on {url} (card at {url.rstrip('/')}{CARD_PATH})"
