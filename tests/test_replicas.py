@@ -3,6 +3,7 @@ redis-server, behind a real haproxy from config/haproxy.cfg, with the hub identi
 docs/scale-out.md says. The replica holding a conversation's connection is killed (-9) between
 turns; the conversation continues on the other, for our client and for a stock
 hivemind-bus-client satellite."""
+import json
 import threading
 import time
 
@@ -130,6 +131,44 @@ def test_a_turn_in_flight_survives_its_replicas_death_and_no_sentence_comes_twic
     assert keeps
     assert heard == ["slow sentence 1", "slow sentence 2", "slow sentence 3"]
     assert turn.status.value == "answered"
+
+
+def test_a_turn_whose_connection_haproxy_cut_is_answered_once_and_kept_once(script_replicas):
+    """The replica stays alive; haproxy cuts the connection after the first sentence (as a
+    reload or `shutdown sessions` does). The client resends the turn by its id, the turn is
+    answered from the replica that ran it, each sentence once, its engine ran once, and its
+    exchange is in the conversation's history once (before, the replica dropped it: the cut
+    satellite's session was no longer followed there)."""
+    deployment = script_replicas
+    agent = HiveMindChatAgent(deployment.agent_config(timeout=20))
+    try:
+        assert agent.get_response("hello", session_id="kitchen")
+        deployment.add_replica()
+        holder = deployment.holder()
+        turn = agent.begin([{"role": "user", "content": "slow 3 1"}], session_id="kitchen")
+        heard = []
+        for sentence in turn:
+            heard.append(sentence)
+            if len(heard) == 1:
+                deployment.proxy.command(
+                    f"shutdown sessions server hubs/{deployment.name(holder)}")
+        assert heard == ["slow sentence 1", "slow sentence 2", "slow sentence 3"]
+        assert turn.status.value == "answered"
+        history = json.loads(agent.get_response("history", session_id="kitchen"))
+        answer = "slow sentence 1\nslow sentence 2\nslow sentence 3"
+        assert history.count(["user", "slow 3 1"]) == 1, history
+        assert history.count(["assistant", answer]) == 1, history
+    finally:
+        agent.shutdown()
+    ran = 0
+    for hub in deployment.running:         # each replica's engine, asked directly
+        direct = HiveMindChatAgent({"host": "127.0.0.1", "port": hub.port, "key": deployment.key,
+                                    "password": deployment.password, "timeout": 20})
+        try:
+            ran += json.loads(direct.get_response("asked", session_id="probe")).count("slow 3 1")
+        finally:
+            direct.shutdown()
+    assert ran == 1
 
 
 @pytest.fixture

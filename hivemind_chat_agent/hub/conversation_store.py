@@ -62,6 +62,10 @@ class Begun:
 
 
 class ConversationStore(Protocol):
+    shared: bool
+    """Other hubs read this store too (replicas): a conversation lives on by its TTL, not by
+    whether this hub still follows its session."""
+
     def begin(self, session_id: str, turn_id: str, client: str = "") -> Begun:
         """A turn of `client`'s session starts (`turn_id` "" for one without an id: no
         record). TurnRecordsFull: its record could not be started (see the module)."""
@@ -108,6 +112,8 @@ class ConversationStore(Protocol):
 class MemoryStore:
     """One hub's memory: a transcript dict under a lock, OVOS's SessionManager, a secret file,
     each client's turn records (this process is their only owner)."""
+
+    shared = False
 
     def __init__(self, history_turns: int, history_bytes: int, data_home: Callable[[], str],
                  max_turn_records_per_client: int = MAX_TURN_RECORDS_PER_CLIENT,

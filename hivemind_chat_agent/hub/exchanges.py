@@ -1,10 +1,15 @@
 """The one way the hub plugin writes an ended exchange to its conversation store, whether a
 satellite's turn (hub/hub_turn.py) or a client's QUERY (hub/query.py) ended.
 
-The exchange joins its session's history only while the plugin still follows that session: a
-turn that outlived its satellite (a disconnect, the TTL, the per-client cap) must not bring the
-session back. A turn this hub owns the record of (hub/turn_records.py) has that record done
-with it whatever became of the session, so a resent turn is answered from it.
+In a store of this hub alone the exchange joins its session's history only while the plugin
+still follows that session: a turn that outlived its satellite (a disconnect, the TTL, the
+per-client cap) must not bring the session back. A shared store (replicas on one Redis) keeps
+it whatever this hub follows: a satellite whose connection was cut mid-turn (by HAProxy, the
+replica alive) continues on another replica at once, and the exchange this hub ran, which the
+other answers from its record, belongs to that conversation's history; the shared store bounds
+sessions by its own TTL and per-client cap. A turn this hub owns the record of
+(hub/turn_records.py) has that record done with it whatever became of the session, so a
+resent turn is answered from it.
 """
 from dataclasses import dataclass
 from typing import Callable, List
@@ -30,10 +35,11 @@ class EndedExchange:
 
 def keep_exchange(store: ConversationStore, followed: Callable[[str], bool],
                   ended: EndedExchange) -> None:
-    """Write `ended`: its exchange into the history if `followed(session_id)`, its record
-    done if it has one. A store that does not answer is a WARNING: the asker has its answer
-    already, and only the history (or the record) lacks it."""
-    keep = followed(ended.session_id)
+    """Write `ended`: its exchange into the history if the store is shared or
+    `followed(session_id)`, its record done if it has one. A store that does not answer is a
+    WARNING: the asker has its answer already, and only the history (or the record) lacks
+    it."""
+    keep = store.shared or followed(ended.session_id)
     if not (keep or ended.turn_id):
         return
     try:

@@ -58,6 +58,7 @@ ALIVE_FOR = 3          # seconds an "alive" key outlives its last renewal
 
 
 class RedisStore:
+    shared = True    # every replica behind one address reads it
     def __init__(self, url: str, history_turns: int, history_bytes: int, session_ttl: float,
                  max_sessions_per_client: int = 256,
                  max_turn_records_per_client: int = MAX_TURN_RECORDS_PER_CLIENT):
