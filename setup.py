@@ -48,6 +48,10 @@ EXTRAS = {
     # the Redis conversation store (hub replicas, docs/scale-out.md): the `redis` client and
     # its connection pool; 5.0 is the oldest line upstream still maintains, the suite runs 7.4
     "redis": ["redis>=5.0,<9"],
+    # the hub plugin's "health" endpoint: /metrics through the official Prometheus client
+    # (a CollectorRegistry per plugin, choose_encoder, Gauge.set_function: all in 0.17, the
+    # oldest release the range lets in; the suite runs 0.26.0). No dependencies of its own
+    "metrics": ["prometheus-client>=0.17,<1"],
     # benchmarks/bench_hub.py: the stock HiveMind -> OVOS path it measures our plugin against
     # the checks .ci/check and .ci/run make before the tests: lint and import order (ruff.toml),
     # types (mypy.ini)
@@ -57,7 +61,7 @@ EXTRAS = {
 }
 EXTRAS["test"] = sorted(set(EXTRAS["hub"] + EXTRAS["demo"] + EXTRAS["wyoming"] +
                             EXTRAS["redis"] + EXTRAS["openai"] + EXTRAS["mcp"] +
-                            EXTRAS["a2a"]) | {
+                            EXTRAS["a2a"] + EXTRAS["metrics"]) | {
     "pytest>=8", "pexpect>=4.8", "ovos-persona>=0.9.0a1",
     "openai>=1.40"})     # the official client, as Open WebUI-style callers use the API
 

@@ -21,6 +21,7 @@ EXTRA_MODULES: Dict[str, Tuple[str, ...]] = {
     "openai": ("starlette", "uvicorn"),
     "mcp": ("mcp",),
     "a2a": ("a2a", "starlette", "sse_starlette", "uvicorn"),
+    "metrics": ("prometheus_client",),
 }
 
 

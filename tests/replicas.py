@@ -7,18 +7,23 @@ import os
 import shutil
 from typing import List, Optional
 
-from hubs import HubProcess
+from hubs import HubProcess, free_port
 from servers import HAProxy, RedisServer
 
 CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "config")
 
 
 def replica(store_url: str, **knobs) -> HubProcess:
+    """A replica from config/server-replica.json on `store_url`, its health endpoint on a free
+    loopback port (`health_port`, what haproxy checks)."""
     with open(os.path.join(CONFIG, "server-replica.json")) as f:
         config = json.load(f)
+    health_port = free_port()
     config["agent_protocol"]["hivemind-chat-agent-plugin"].update(
-        conversation_store=store_url, **knobs)
-    return HubProcess(server_config=config, generation="5")
+        conversation_store=store_url, health=f"127.0.0.1:{health_port}", **knobs)
+    hub = HubProcess(server_config=config, generation="5")
+    hub.health_port = health_port
+    return hub
 
 
 def clone_identity(source: HubProcess, target: HubProcess) -> None:
@@ -45,8 +50,10 @@ class ReplicaSet:
         self.redis = RedisServer(os.path.join(directory, "redis"))
         make = hub or (lambda url: replica(url, **knobs))
         self.hubs: List[HubProcess] = [make(self.redis.url) for _ in range(replicas)]
+        checks = [getattr(h, "health_port", None) for h in self.hubs]
         self.proxy = HAProxy(os.path.join(directory, "haproxy"),
-                             os.path.join(CONFIG, "haproxy.cfg"), [h.port for h in self.hubs])
+                             os.path.join(CONFIG, "haproxy.cfg"), [h.port for h in self.hubs],
+                             checks if all(checks) else None)
         self.key = self.password = ""
         self.running: List[HubProcess] = []
 

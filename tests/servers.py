@@ -94,19 +94,30 @@ class RedisServer(ServerProcess):
 
 class HAProxy(ServerProcess):
     """haproxy in the foreground on a free loopback port, from config/haproxy.cfg with its
-    frontend and server ports replaced, plus a stats socket the tests read."""
+    frontend and server ports replaced, plus a stats socket the tests read. `check_ports`: each
+    backend's health port (the plugin's "health", checked with the template's GET /readyz);
+    None for backends without one (hubs answering as OVOS does): then a TCP connect is the
+    check, as it was before the plugin had a health endpoint."""
 
-    def __init__(self, directory: str, template: str, backends: "list[int]"):
+    def __init__(self, directory: str, template: str, backends: "list[int]",
+                 check_ports: "Optional[list[int]]" = None):
         self.directory = directory
         self.port = free_port()
         self.socket = os.path.join(directory, "haproxy.sock")
-        lines, servers = [], iter(backends)
+        lines, servers = [], iter(zip(backends, check_ports or [None] * len(backends),
+                                            strict=True))
         for line in open(template).read().splitlines():
             words = line.split()
             if words[:1] == ["bind"]:
                 line = f"    bind 127.0.0.1:{self.port}"
             elif words[:1] == ["server"]:
-                line = f"    server {words[1]} 127.0.0.1:{next(servers)}"
+                port, check = next(servers)
+                line = f"    server {words[1]} 127.0.0.1:{port}" + \
+                    (f" check port {check}" if check else "")
+            elif check_ports is None and words[:2] in (["option", "httpchk"],
+                                                       ["http-check", "send"],
+                                                       ["http-check", "expect"]):
+                continue
             lines.append(line)
             if words == ["global"]:
                 lines.append(f"    stats socket {self.socket} mode 600 level admin")

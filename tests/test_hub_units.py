@@ -362,8 +362,10 @@ class _TurnHost:
         from fake_clock import FakeClock
 
         from hivemind_chat_agent.hub.hub_turn import OpenTurns
+        from hivemind_chat_agent.hub.metrics import NO_METRICS
         from hivemind_chat_agent.hub.settings import HubSettings
         self.settings, self.clock = HubSettings.from_dict({"engine": "x"}), FakeClock()
+        self.metrics = NO_METRICS
         self.open_turns, self.sent, self.kept = OpenTurns(), [], []
         self.queued = threading.Event()
 

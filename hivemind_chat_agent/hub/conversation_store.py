@@ -48,6 +48,7 @@ __all__ = ["ConversationStore", "MemoryStore", "TurnRecord", "TurnRecordsFull", 
 
 KEY_PREFIX = "hivemind-chat:"
 REDIS_TIMEOUT = 2.0    # seconds: a Redis that does not answer fails the turn, never hangs it
+PING_TIMEOUT = 0.5     # seconds a readiness ping waits: below HAProxy's 1 s check interval
 TURN_RECORD_TTL = 600.0   # a turn's record answers a repeated id for this long after its end
 MAX_TURN_RECORDS_PER_CLIENT = 256   # the default of max_turn_records_per_client
 
@@ -105,6 +106,10 @@ class ConversationStore(Protocol):
     def turn_record(self, session_id: str, turn_id: str) -> Optional[TurnRecord]:
         """The record as it stands, if any."""
 
+    def ping(self) -> bool:
+        """Whether the store answers now, within PING_TIMEOUT; never raises. Cheap: the
+        health endpoint's `/readyz` asks it at every check of the load balancer."""
+
     def close(self) -> None:
         """Release connections; the store is not used again."""
 
@@ -157,6 +162,9 @@ class MemoryStore:
         if self._secret is None:
             self._secret = hub_secret(self._data_home())
         return self._secret
+
+    def ping(self) -> bool:
+        return True      # this process's memory answers while the process does
 
     def close(self) -> None:
         pass

@@ -28,11 +28,13 @@ from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
 from ovos_utils.log import LOG
 
 from hivemind_chat_agent.core.clock import Clock
+from hivemind_chat_agent.core.health import turn_outcome
 from hivemind_chat_agent.core.limits import shown, shown_name
 from hivemind_chat_agent.core.protocol_names import HANDLED_TYPE, SPEAK_TYPE, UNMATCHED_TYPE
 from hivemind_chat_agent.core.transcript import ANSWERED, STOPPED, Exchange, engine_messages
 from hivemind_chat_agent.core.turns import EndReason
 from hivemind_chat_agent.hub.exchanges import EndedExchange
+from hivemind_chat_agent.hub.metrics import NoMetrics
 from hivemind_chat_agent.hub.settings import PLUGIN_NAME, HubSettings
 
 TOLD_WAIT = 1.0   # seconds a worker waits for the IO loop to write a turn's end: the loop
@@ -53,6 +55,7 @@ class HubTurnHost(Protocol):
     settings: HubSettings
     clock: Clock
     open_turns: "OpenTurns"
+    metrics: NoMetrics     # hub/metrics.py: counts each turn's end once, times its sentences
 
     def deliver(self, turn: "HubTurn", reply: Message) -> None:
         """Hand `reply` to the IO loop, to be written to the turn's connection."""
@@ -80,7 +83,8 @@ class HubTurn:
         self.satellite_session = satellite_session
         self.session_id = session_id
         self.lang = satellite_session.get("lang") or "en-US"
-        self.deadline = protocol.clock.now() + protocol.settings.timeout
+        self.arrived = protocol.clock.now()   # what the turn's latencies are measured from
+        self.deadline = self.arrived + protocol.settings.timeout
         self._lock = Lock()
         self.finished = False
         self.spoke = 0
@@ -123,7 +127,10 @@ class HubTurn:
                 return False
             self.spoke += 1
             self.sentences.append(sentence)
-            self.deadline = self.protocol.clock.now() + self.protocol.settings.timeout
+            now = self.protocol.clock.now()
+            self.deadline = now + self.protocol.settings.timeout
+            if self.spoke == 1:
+                self.protocol.metrics.first_sentence(now - self.arrived)
             self.protocol.deliver(self, self.reply(SPEAK_TYPE, {
                 "utterance": sentence, "expect_response": False, "lang": self.lang,
                 "meta": {"skill": PLUGIN_NAME}}))
@@ -178,7 +185,8 @@ class HubTurn:
             # turn_records: this hub answers a repeated turn id from its record (our client
             # resends a turn lost with its connection only to hubs that say so)
             self.protocol.deliver(self, self.reply(HANDLED_TYPE, {"turn_records": True}))
-        if not self._end(tell):
+        if not self._end(tell, turn_outcome(failed, reason, stopped=self._stopping,
+                                            replayed=self.replayed)):
             return False
         if failed and why and reason not in (EndReason.NONE, EndReason.NOT_UNDERSTOOD):
             LOG.warning(f"answering {shown_name(self.peer)} with a failure: {why}")
@@ -202,7 +210,7 @@ class HubTurn:
 
     def abandon(self) -> bool:
         """End the turn once without a word: its satellite has gone, nobody can hear it."""
-        return self._end(lambda: None)
+        return self._end(lambda: None, turn_outcome(False, abandoned=True))
 
     def stop(self) -> bool:
         """The satellite stopped this answer: its end goes out now, and nothing more of it
@@ -211,10 +219,11 @@ class HubTurn:
         self._stopping = True
         return self.finish(failed=False)
 
-    def _end(self, tell) -> bool:
+    def _end(self, tell, outcome: str) -> bool:
         """The one way a turn ends, whoever ends it: under its lock, marked finished, `tell`
         queued before anything else can be, then the marker that it was written, its timer
-        dropped and its entry in OpenTurns removed. False if it had ended already."""
+        dropped and its entry in OpenTurns removed; then counted, once, as `outcome`
+        (hub/metrics.py). False if it had ended already."""
         with self._lock:
             if self.finished:
                 return False
@@ -223,6 +232,7 @@ class HubTurn:
             self.loop.add_callback(self._told.set)   # runs after the end's writes: FIFO
             self.loop.add_callback(self._unwatch)   # its timer would hold it for `timeout`
             self.protocol.open_turns.remove(self)
+        self.protocol.metrics.turn_ended(outcome, self.protocol.clock.now() - self.arrived)
         return True
 
 

@@ -19,6 +19,7 @@ relaying to another hub does: alarms, reminders, late answers) has that speech f
 the satellite session it belongs to, while the satellite is connected (hub/asides.py).
 """
 import dataclasses
+import threading
 from typing import Any, Dict, Iterator, Optional
 
 from hivemind_plugin_manager.protocols import AgentProtocol, ClientCallbacks
@@ -28,18 +29,31 @@ from ovos_utils.xdg_utils import xdg_data_home
 
 from hivemind_chat_agent import compat
 from hivemind_chat_agent.core.clock import Clock
+from hivemind_chat_agent.core.health import Verdict, readiness
 from hivemind_chat_agent.core.limits import id_refusal
 from hivemind_chat_agent.core.protocol_names import STOP_TYPES, UTTERANCE_TYPES
 from hivemind_chat_agent.core.replies import first_utterance
 from hivemind_chat_agent.core.satellites import client_fingerprint
 from hivemind_chat_agent.core.turns import EndReason
-from hivemind_chat_agent.errors import ConversationStoreError, IdentifierTooLongError
+from hivemind_chat_agent.errors import (
+    ConfigurationError,
+    ConversationStoreError,
+    IdentifierTooLongError,
+)
 from hivemind_chat_agent.hub.agent_bus import AgentBus
 from hivemind_chat_agent.hub.asides import Asides
 from hivemind_chat_agent.hub.connections import close_connection, connection_client
 from hivemind_chat_agent.hub.dialects import install_dialects, send_reply
 from hivemind_chat_agent.hub.exchanges import EndedExchange, keep_exchange
+from hivemind_chat_agent.hub.health_server import HealthServer
 from hivemind_chat_agent.hub.hub_turn import HubTurn, OpenTurns
+from hivemind_chat_agent.hub.metrics import (
+    NO_METRICS,
+    HubMetrics,
+    NoMetrics,
+    TimedStore,
+    connections,
+)
 from hivemind_chat_agent.hub.query import answer_client_query, stream_answer
 from hivemind_chat_agent.hub.reply_loops import OwnLoop, PluginClock, loop_here
 from hivemind_chat_agent.hub.satellite_book import SatelliteBook
@@ -82,12 +96,23 @@ class ChatAgentProtocol(AgentProtocol):
             max_pending_per_group=self.settings.max_queue_per_client,
             workers_per_group=self.settings.workers_per_client)
         self.open_turns = OpenTurns()
+        self._draining = threading.Event()
+        self._serving = True
+        self.metrics: NoMetrics = NO_METRICS
+        if self.settings.health:
+            from hivemind_chat_agent.extras import require
+            require("metrics", f'the "health" endpoint of {PLUGIN_NAME}')
+            self.metrics = HubMetrics(sessions=lambda: len(self.satellites),
+                                      satellites=connections(lambda: self.clients),
+                                      in_flight=lambda: len(self.open_turns))
         self.store = open_store(self.settings.conversation_store, self.settings.history_turns,
                                 self.settings.history_bytes, self.settings.session_ttl,
                                 data_home=lambda: str(xdg_data_home()),   # beside core's db
                                 max_sessions_per_client=self.settings.max_sessions_per_client,
                                 max_turn_records_per_client=(
                                     self.settings.max_turn_records_per_client))
+        if self.settings.health:
+            self.store = TimedStore(self.store, self.metrics)
         self.asides = Asides(self.engine, self.send)
         self.satellites = SatelliteBook(self.settings, self.clock, self.store, self.asides,
                                         self.engine)
@@ -99,6 +124,41 @@ class ChatAgentProtocol(AgentProtocol):
             self.bus.on(msg_type, self._on_stop)
         # no "hive.client.disconnect" handler: 4.0 and 5.x both call callbacks.on_disconnect
         # with the connection object first, and that names every session it used
+        self.health: Optional[HealthServer] = self._start_health()
+
+    # ---- health (hub/health_server.py, docs/metrics.md) ----
+    def _start_health(self) -> Optional[HealthServer]:
+        """The health endpoint on its own thread, last, once everything it reports exists."""
+        if not self.settings.health:
+            return None
+        host, port = self.settings.health_address()
+        metrics = self.metrics
+        assert isinstance(metrics, HubMetrics)
+        try:
+            server = HealthServer(host, port, self.readiness, metrics.exposition,
+                                  self.settings.health_allow())
+        except OSError as e:
+            raise ConfigurationError(f'{PLUGIN_NAME}: "health": "{self.settings.health}" '
+                                     f"cannot be listened on: {e}") from None
+        return server.start()
+
+    def readiness(self) -> Verdict:
+        """`/readyz` (core/health.readiness): the store pinged now, the engine loaded (until
+        shutdown), and not draining. Runs on the health server's thread."""
+        draining = self.draining
+        return readiness(store_answers=draining or self.store.ping(),
+                         engine_loaded=self._serving and self.engine is not None,
+                         draining=draining)
+
+    @property
+    def draining(self) -> bool:
+        return self._draining.is_set()
+
+    def begin_draining(self) -> None:
+        """From now on `/readyz` says 503 "draining", so the load balancer sends new
+        satellites elsewhere (issue 27's SIGTERM handling builds on this). Turns already
+        here are served as before."""
+        self._draining.set()
 
     # ---- IO loop thread: keep it short ----
     def identify(self, message: Message, what: str) -> Optional[Sender]:
@@ -219,6 +279,9 @@ class ChatAgentProtocol(AgentProtocol):
                 f"workers={self.settings.workers}, timeout={self.settings.timeout:g})")
 
     def shutdown(self) -> None:
+        self._serving = False
+        if self.health is not None:      # its port and thread released first
+            self.health.stop()
         self.asides.stop_all()
         self.executor.shutdown(wait=False)
         self.store.close()

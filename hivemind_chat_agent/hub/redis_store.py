@@ -39,6 +39,7 @@ from hivemind_chat_agent.hub.conversation_store import (
     DONE,
     KEY_PREFIX,
     MAX_TURN_RECORDS_PER_CLIENT,
+    PING_TIMEOUT,
     REDIS_TIMEOUT,
     RUNNING,
     TURN_RECORD_TTL,
@@ -78,6 +79,12 @@ class RedisStore:
         self._closed = threading.Event()
         self._heartbeat: Optional[threading.Thread] = None
         self._heartbeat_lock = threading.Lock()
+        # readiness pings on a client of their own: a short timeout, and never a turn's
+        # pooled connection (one connection at most: the health server asks one at a time)
+        self._pinger = redis.Redis.from_url(
+            url, socket_timeout=PING_TIMEOUT, socket_connect_timeout=PING_TIMEOUT,
+            max_connections=1, decode_responses=True)
+        self._ping_lock = threading.Lock()
 
     def history(self, session_id: str) -> List[Exchange]:
         if self.history_turns == 0:
@@ -216,8 +223,17 @@ class RedisStore:
             self._secret = secret
         return self._secret
 
+    def ping(self) -> bool:
+        """A PING within PING_TIMEOUT (connect and reply); False when Redis does not answer."""
+        with self._ping_lock:
+            try:
+                return bool(self._pinger.ping())
+            except (redis.RedisError, OSError):
+                return False
+
     def close(self) -> None:
         self._closed.set()
+        self._pinger.close()
         try:
             self._redis.delete(_alive(self.owner))   # its turns are free to take over at once
         except redis.RedisError:

@@ -1,10 +1,12 @@
 """What `hivemind-chat-agent-plugin` reads from hivemind-core's server.json, and its engine."""
 import importlib
 from dataclasses import dataclass, field
-from typing import Any, Dict
+from typing import Any, Dict, Tuple
 
 from ovos_plugin_manager.templates.agents import ChatEngine
 
+from hivemind_chat_agent.core.health import parse_address
+from hivemind_chat_agent.core.peer_gate import AllowList, is_loopback_bind, parse_network
 from hivemind_chat_agent.core.protocol_names import CHAT_PLUGIN_NAME as PLUGIN_NAME
 from hivemind_chat_agent.errors import ConfigurationError
 
@@ -25,6 +27,8 @@ class HubSettings:
     history_turns: int = 10      # earlier exchanges the engine gets with each utterance (0: none)
     history_bytes: int = 32768   # and at most this much of their text, per session
     conversation_store: str = "memory"   # or "redis://HOST:PORT/DB", shared by replicas
+    health: str = ""             # "HOST:PORT" of /healthz, /readyz, /metrics; "" off
+    health_allow_from: Tuple[str, ...] = ()   # networks that may reach a non-loopback health
 
     @classmethod
     def from_dict(cls, config: Dict[str, Any]) -> "HubSettings":
@@ -50,7 +54,9 @@ class HubSettings:
                                "max_turn_records_per_client", 256)),
                            history_turns=int(config.get("history_turns", 10)),
                            history_bytes=int(config.get("history_bytes", 32768)),
-                           conversation_store=str(config.get("conversation_store") or "memory"))
+                           conversation_store=str(config.get("conversation_store") or "memory"),
+                           health=str(config.get("health") or ""),
+                           health_allow_from=_strings(config.get("health_allow_from")))
         except (TypeError, ValueError) as e:
             raise ConfigurationError(f"invalid number in {PLUGIN_NAME} config: {e}") from None
         if settings.timeout <= 0 or settings.workers < 1 or settings.max_queue < 1 \
@@ -62,7 +68,37 @@ class HubSettings:
             raise ConfigurationError(f"{PLUGIN_NAME}: timeout and session_ttl must be > 0, "
                                      "workers, max_queue and the per-session and per-client "
                                      "bounds >= 1, history_turns >= 0, history_bytes >= 256")
+        if settings.health:
+            settings.health_allow()     # refused now, at hub start-up, if it is not closed
         return settings
+
+    def health_address(self) -> Tuple[str, int]:
+        """(host, port) of `health`; ConfigurationError saying what to write."""
+        try:
+            return parse_address(self.health)
+        except ValueError as e:
+            raise ConfigurationError(f"{PLUGIN_NAME}: {e}") from None
+
+    def health_allow(self) -> AllowList:
+        """Who may reach the health endpoint: loopback peers on a loopback bind; beyond
+        loopback only the networks `health_allow_from` names (every front is closed by
+        default, docs/security.md), else a ConfigurationError that says so."""
+        host, _ = self.health_address()
+        networks = [parse_network(a, "health_allow_from") for a in self.health_allow_from]
+        if not networks and not is_loopback_bind(host):
+            raise ConfigurationError(
+                f'{PLUGIN_NAME}: "health": "{self.health}" listens beyond loopback, where anyone '
+                'who reaches the port would read the hub\'s metrics. Name who may connect '
+                '(the load balancer, the Prometheus server) with "health_allow_from": '
+                '["10.0.0.5", "10.0.1.0/24"], or listen on 127.0.0.1')
+        return AllowList(networks)
+
+
+def _strings(value: Any) -> Tuple[str, ...]:
+    """A list of strings from the config; one string alone is a list of one."""
+    if isinstance(value, str):
+        return (value,)
+    return tuple(str(v) for v in value or ())
 
 
 def load_engine(name: str, config: Dict[str, Any]) -> ChatEngine:
