@@ -81,7 +81,7 @@ class RedisStore:
         self._heartbeat_lock = threading.Lock()
         # readiness pings on a client of their own: a short timeout, and never a turn's
         # pooled connection (one connection at most: the health server asks one at a time)
-        self._pinger = redis.Redis.from_url(
+        self._pinger = redis_client(
             url, socket_timeout=PING_TIMEOUT, socket_connect_timeout=PING_TIMEOUT,
             max_connections=1, decode_responses=True)
         self._ping_lock = threading.Lock()
