@@ -67,7 +67,8 @@ def protocol_with(*satellites, **config):
     protocol = OVOSModeProtocol(config={"mode": "ovos", "connect_wait": 0, **config},
                                 bus_factory=FakeBus)
     protocol._secret = b"s" * 32
-    protocol.loop = FakeLoop()
+    protocol.loop = FakeLoop()     # the thread here runs no loop: the plugin's own is used
+    protocol.own_loop.get = lambda: protocol.loop
     protocol.hm_protocol = type("Core", (), {"clients": {s.peer: s for s in satellites}})()
     return protocol
 
@@ -102,6 +103,34 @@ def test_a_reply_is_written_on_the_loop_under_the_declared_session():
         assert sat.writer_threads == {threading.get_ident()}
     finally:
         protocol.shutdown()
+
+
+def test_a_transport_thread_with_no_loop_gets_its_replies_on_the_plugins_own_loop():
+    """As hivemind-mqtt-protocol and hivescope deliver: no loop runs on the thread a satellite's
+    message comes in on. Before reply_loops, the shell took tornado's IOLoop.current() there, a
+    loop nobody runs, and the satellite heard nothing."""
+    sat = FakeSatellite("sat::a::kitchen", "key-a")
+    protocol = OVOSModeProtocol(config={"mode": "ovos", "connect_wait": 0}, bus_factory=FakeBus)
+    protocol._secret = b"s" * 32
+    protocol.hm_protocol = type("Core", (), {"clients": {sat.peer: sat}})()
+    try:
+        transport = threading.Thread(target=protocol.bus.emit, args=(utterance(sat),))
+        transport.start()
+        transport.join()
+        assert wait_until(lambda: protocol.ovos.sent, 5)
+        ovos_sid = protocol.ovos.sent[0]["context"]["session"]["session_id"]
+        reply = {"type": "speak", "data": {"utterance": "Hello world"},
+                 "context": {"destination": sat.peer, "session": {"session_id": ovos_sid}}}
+        protocol.ovos.on_message(json.dumps(reply).encode())
+        assert wait_until(lambda: sat.written, 5)
+        [written] = sat.written
+        assert written.data["utterance"] == "Hello world"
+        [writer] = sat.writer_threads
+        assert writer not in (transport.ident, threading.get_ident())
+    finally:
+        protocol.shutdown()
+    assert wait_until(lambda: not any(t.name == "hivemind-chat-ovos-replies"
+                                      for t in threading.enumerate()), 5)   # stopped with it
 
 
 def test_an_utterance_while_the_bus_is_down_gets_a_typed_failure_at_once():

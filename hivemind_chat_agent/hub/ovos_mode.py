@@ -12,10 +12,13 @@ thread, one lock around the table:
   answered there and then with the chat mode's failure shape;
 - one sender thread writes the queues to the bus, round robin between clients, so neither a
   flooding satellite nor a stalled bus socket ever holds up the IO loop;
-- the bus thread (hub/ovos_bus.py) routes what OVOS sends and hands each delivery to the IO
-  loop with `add_callback`: every frame to a satellite is written there, to the connection
-  object that sent (by hub/dialects.py, as the chat mode writes), never by iterating
-  hivemind-core's client table;
+- the bus thread (hub/ovos_bus.py) routes what OVOS sends and hands each delivery to the loop
+  of the connection it is for with `add_callback`: every frame to a satellite is written
+  there, to the connection object that sent (by hub/dialects.py, as the chat mode writes),
+  never by iterating hivemind-core's client table. A connection's loop is the one running on
+  the thread its first message came in on (the websocket transport's IO loop, both
+  generations), or the plugin's own where that thread runs none (hivemind-mqtt-protocol's,
+  hivescope's): hub/reply_loops.py;
 - a bus that goes down fails every utterance queued or in flight (the satellite is told, with
   reason `backend_unavailable`), refuses new ones at once, and reconnects by itself;
 - hivemind-core's QUERY / CASCADE are answered by OVOS through the same bus connection, under
@@ -53,11 +56,14 @@ from hivemind_chat_agent.hub.dialects import install_dialects, send_reply
 from hivemind_chat_agent.hub.ovos_bus import BusNotConnected, OvosBus
 from hivemind_chat_agent.hub.ovos_query import QUERY_ID_MARKERS, OvosQueries, query_session
 from hivemind_chat_agent.hub.ovos_settings import OvosModeSettings
+from hivemind_chat_agent.hub.refusal_log import warn_refusal
+from hivemind_chat_agent.hub.reply_loops import OwnLoop, ReplyLoop, loop_here
 from hivemind_chat_agent.hub.senders import identify, sender_of
 
 __all__ = ["OVOSModeProtocol", "SatelliteInbox"]
 
 CORE_NOTICE_PREFIX = "hive."
+LOOP_ATTRIBUTE = "_hivemind_chat_reply_loop"   # set on hivemind-core's connection object
 LOST_WHY = "the hub lost its OVOS messagebus before the utterance was handled"
 
 
@@ -97,7 +103,7 @@ class OVOSModeProtocol(AgentProtocol):
         self.settings = OvosModeSettings.from_dict(self.config)
         self._table = threading.Condition()       # guards `routes`
         self.routes = OvosRoutes(self.settings.limits, now)
-        self.loop: Any = None         # hivemind-core's IO loop, seen at the first message
+        self.own_loop = OwnLoop("hivemind-chat-ovos-replies")   # for loop-less transports
         self._secret: Optional[bytes] = None
         self._closing = False
         install_dialects()
@@ -129,9 +135,6 @@ class OVOSModeProtocol(AgentProtocol):
     def _inbound(self, message: Message) -> None:
         """IO loop: a satellite's message (anything hivemind-core hands the agent) to the
         queues, or, for an utterance refused, its failure now."""
-        if self.loop is None:
-            from tornado.ioloop import IOLoop
-            self.loop = IOLoop.current()
         if message.msg_type.startswith(CORE_NOTICE_PREFIX):
             return     # hivemind-core's own notices (hive.client.connect ...): not OVOS's
         what = f"a {shown(message.msg_type)} message"
@@ -142,6 +145,7 @@ class OVOSModeProtocol(AgentProtocol):
             return
         if sender is None:
             return
+        self._note_loop(sender.client)
         satellite = Satellite(connection_token(sender.client), connection_client(sender.client),
                               sender.peer, sender.satellite_session["session_id"],
                               sender.session_id, sender.client)
@@ -155,14 +159,25 @@ class OVOSModeProtocol(AgentProtocol):
             self._refuse(Outbound(wire, satellite, message.msg_type in UTTERANCE_TYPES),
                          refusal)
 
+    def _note_loop(self, client) -> None:
+        """Transport thread: the loop this connection's frames will be written on, kept on
+        the connection object itself (it goes when the connection goes), set once: a
+        connection's messages all come in on its transport's thread."""
+        if getattr(client, LOOP_ATTRIBUTE, None) is None:
+            try:
+                setattr(client, LOOP_ATTRIBUTE, loop_here(self.own_loop))
+            except AttributeError:      # a connection type that takes no attributes
+                pass
+
     def _refuse(self, outbound: Outbound, refusal: Refusal) -> None:
         """An utterance refused or lost gets its failure (other messages: a log line)."""
         if not outbound.is_utterance:
             LOG.info(f"not forwarding {shown(outbound.message.get('type'))} from "
                      f"{shown_name(outbound.sender.peer)}: {refusal.why}")
             return
-        LOG.warning(f"answering {shown_name(outbound.sender.peer)} with a failure: "
-                    f"{refusal.why}")
+        warn_refusal("failure", outbound.sender.peer,
+                     f"answering {shown_name(outbound.sender.peer)} with a failure: "
+                     f"{refusal.why}")
         self._to_loop(outbound.sender.handle, outbound.sender.peer,
                       failure_replies(outbound, refusal))
 
@@ -173,9 +188,12 @@ class OVOSModeProtocol(AgentProtocol):
         peer, session = sender_of(message)    # answered under the Session as it came
         satellite = Satellite("", "", peer, str(session.get("session_id") or ""), "",
                               self.clients.get(peer))
+        if satellite.handle is not None:
+            self._note_loop(satellite.handle)
         wire = {"type": message.msg_type, "data": {},
                 "context": dict(message.context, session=session)}
-        LOG.warning(f"answering {shown_name(peer)} with a failure: {refusal.why}")
+        warn_refusal("failure", peer,
+                     f"answering {shown_name(peer)} with a failure: {refusal.why}")
         self._to_loop(satellite.handle, peer,
                       failure_replies(Outbound(wire, satellite, True), refusal))
 
@@ -243,9 +261,13 @@ class OVOSModeProtocol(AgentProtocol):
 
     # ---- the IO loop writes ----
     def _to_loop(self, client, peer: str, messages: List[Dict[str, Any]]) -> None:
-        loop = self.loop
-        if loop is not None and client is not None:
-            loop.add_callback(self._write, client, peer, messages)
+        """Any thread: `messages` to be written to `client` on its loop (`_note_loop`); the
+        plugin's own loop for a connection that never sent (a refusal of an unnamed sender
+        found in the client table), which 5.x connections allow from any thread."""
+        if client is None:
+            return
+        loop: ReplyLoop = getattr(client, LOOP_ATTRIBUTE, None) or self.own_loop.get()
+        loop.add_callback(self._write, client, peer, messages)
 
     def _write(self, client, peer: str, messages: List[Dict[str, Any]]) -> None:
         """IO loop: write each message to the connection `client`, as the chat mode writes
@@ -289,4 +311,5 @@ class OVOSModeProtocol(AgentProtocol):
             self._closing = True
             self._table.notify_all()
         self.ovos.close()
+        self.own_loop.close()
 
