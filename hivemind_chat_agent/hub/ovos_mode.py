@@ -44,6 +44,7 @@ from hivemind_chat_agent.core.ovos_routes import (
     failure_replies,
 )
 from hivemind_chat_agent.core.protocol_names import UTTERANCE_TYPES
+from hivemind_chat_agent.core.skills_readiness import ANSWER_TYPE, NOT_READY_WHY, SkillsReadiness
 from hivemind_chat_agent.core.turns import EndReason
 from hivemind_chat_agent.errors import IdentifierTooLongError
 from hivemind_chat_agent.hub.agent_bus import AgentBus
@@ -64,6 +65,7 @@ __all__ = ["OVOSModeProtocol", "SatelliteInbox"]
 
 CORE_NOTICE_PREFIX = "hive."
 LOOP_ATTRIBUTE = "_hivemind_chat_reply_loop"   # set on hivemind-core's connection object
+ANSWER_MARKERS = (f'"{ANSWER_TYPE}"'.encode(), f'"{ANSWER_TYPE}"')   # bytes, str frames
 LOST_WHY = "the hub lost its OVOS messagebus before the utterance was handled"
 
 
@@ -103,6 +105,8 @@ class OVOSModeProtocol(AgentProtocol):
         self.settings = OvosModeSettings.from_dict(self.config)
         self._table = threading.Condition()       # guards `routes`
         self.routes = OvosRoutes(self.settings.limits, now)
+        self.now = now
+        self.readiness = SkillsReadiness()      # ovos-core's skills, asked after each connect
         self.own_loop = OwnLoop("hivemind-chat-ovos-replies")   # for loop-less transports
         self._secret: Optional[bytes] = None
         self._closing = False
@@ -204,17 +208,38 @@ class OVOSModeProtocol(AgentProtocol):
         with self._table:
             self.routes.closed(connection_token(client))
 
-    # ---- the sender thread: queues to the bus ----
+    # ---- the sender thread: queues to the bus, and the skills' readiness probes ----
+    def _next_work(self) -> Any:
+        """Sender thread: the next thing to write (a readiness probe as a dict, or an
+        Outbound), waiting for one; None once closing."""
+        with self._table:
+            while not self._closing:
+                now = self.now()
+                if self.readiness.overdue(now):
+                    LOG.warning(f"ovos-core's skills have not answered on {self.settings.bus} "
+                                f"for {self.readiness.warn_after:.0f} s; utterances are "
+                                "refused until they do (is ovos-core running? A bus with no "
+                                'ovos-core skill manager on it needs "wait_for_skills": '
+                                "false)")
+                probe = self.readiness.probe_due(now)
+                if probe is not None:
+                    return probe
+                if self.routes.bus_up and self.routes.has_outbound():
+                    return self.routes.next_outbound()
+                wait = self.readiness.seconds_to_next_probe(now)
+                self._table.wait(1.0 if wait is None else min(1.0, max(wait, 0.01)))
+        return None
+
     def _send_loop(self) -> None:
         while True:
-            with self._table:
-                while not self._closing and not (self.routes.bus_up and
-                                                 self.routes.has_outbound()):
-                    self._table.wait(1.0)
-                if self._closing:
-                    return
-                outbound = self.routes.next_outbound()
-            if outbound is None:       # has_outbound() said there was one: never None here
+            outbound = self._next_work()
+            if outbound is None:
+                return
+            if isinstance(outbound, dict):     # a probe: an unanswered one is sent again
+                try:
+                    self.ovos.send(json.dumps(outbound))
+                except BusNotConnected:
+                    pass
                 continue
             try:
                 self.ovos.send(json.dumps(outbound.message))
@@ -231,11 +256,32 @@ class OVOSModeProtocol(AgentProtocol):
     def _bus_up(self) -> None:
         LOG.info(f"connected to the OVOS messagebus at {self.settings.bus}")
         with self._table:
-            self.routes.bus_connected()
+            if self.settings.wait_for_skills:
+                self.readiness.bus_up(self.now())
+                self.routes.skills_not_ready(NOT_READY_WHY)
+            else:
+                self.routes.bus_connected()
             self._table.notify()
+
+    def _skills_answered(self, text) -> bool:
+        """Bus thread: whether `text` was the skills' answer to a readiness probe (then
+        utterances are taken from now on)."""
+        try:
+            message = json.loads(text)
+        except ValueError:
+            return False
+        with self._table:
+            ready = isinstance(message, dict) and self.readiness.answered(message)
+            if ready:
+                self.routes.bus_connected()
+                self._table.notify()
+        if ready:
+            LOG.info(f"ovos-core's skills are ready on {self.settings.bus}")
+        return ready
 
     def _bus_down(self) -> None:
         with self._table:
+            self.readiness.bus_down()
             lost = self.routes.bus_lost()
         for outbound in lost:
             self._refuse(outbound, Refusal(EndReason.BACKEND_UNAVAILABLE, LOST_WHY))
@@ -244,6 +290,9 @@ class OVOSModeProtocol(AgentProtocol):
         """Bus thread: a bus message to the satellites it names, handed to the IO loop. The
         frame comes as bytes (hub/ovos_bus.py skips websocket-client's UTF-8 pass; the JSON
         parser checks it anyway)."""
+        if self.readiness.probing and ANSWER_MARKERS[isinstance(text, str)] in text and \
+                self._skills_answered(text):
+            return
         marker = b'"destination"' if isinstance(text, bytes) else '"destination"'
         query = self.queries.pending() and QUERY_ID_MARKERS[isinstance(text, str)] in text
         if not query and marker not in text:
