@@ -18,11 +18,18 @@ Each entry: the library and versions it targets, why, and the upstream fix that 
 - `register_session`: ovos-bus-client 1.x `SessionManager.__lock`, 2.x `SessionManager._lock`.
   2.x keeps only the default Session in the registry; agents, personas and skills of this
   process still look conversations up there by id (2.x's intended model: nothing to fix).
+- `name_loggers_cheaply`: ovos-utils before 0.15 (0.8.5 on the 4.0 stable line)
+  `LOG._get_real_logger`. It named each call's logger from `inspect.stack()`, which builds a
+  record of every frame on the stack and reads each one's source line from disk, on every LOG
+  call, DEBUG lines below the level included: under one satellite's flood that was 60-64% of
+  a 4.0 hub's IO loop (a profile of benchmarks/bench_ovos_flood.py). Replaced by the caller-
+  frame lookup 0.15 has: the same logger names. Fix: upgrade to ovos-utils 0.15.
 - `socket_handler` (reads, patches nothing): hivemind-websocket-protocol 0.0.x `send_msg`'s
   closure. 4.0's `send_msg` drops the write's Future and asyncio logs each failed one. Fix:
   return the Future from `send_msg`.
 """
 import importlib
+import sys
 from typing import Any, Callable, Optional
 
 # codec name -> module of z85base91's pure-Python version (its own fallback for a missing C
@@ -30,6 +37,7 @@ from typing import Any, Callable, Optional
 PURE_CODECS = {"B91": "z85base91.b91", "Z85B": "z85base91.z85b", "Z85P": "z85base91.z85p"}
 CODEC_USERS = ("z85base91", "hivemind_bus_client.encryption")
 _WATCHED = "_hivemind_chat_watch"
+_CHEAP_NAMES = "_hivemind_chat_cheap_names"
 
 
 def for_client() -> None:
@@ -40,6 +48,40 @@ def for_client() -> None:
 def for_hub() -> None:
     """What the hub plugin needs before its first satellite."""
     use_leak_free_codecs()
+    name_loggers_cheaply()
+
+
+def name_loggers_cheaply() -> bool:
+    """Give ovos-utils' LOG (before 0.15, which does it itself: it has `is_enabled_for`) a
+    `_get_real_logger` that reads only the caller's frame. True when it patched now or before."""
+    try:
+        from ovos_utils.log import LOG
+    except ImportError:
+        return False
+    if getattr(LOG, _CHEAP_NAMES, False):
+        return True
+    if hasattr(LOG, "is_enabled_for") or not hasattr(LOG, "_get_real_logger"):
+        return False
+
+    def _get_real_logger(cls):
+        # frames: [0] this, [1] LOG.debug/info/..., [2] the caller: as ovos-utils 0.8.5 counts
+        caller = sys._getframe(2)
+        name = "" if cls.name is None else cls.name + " - "
+        name += (f"{caller.f_globals.get('__name__', '')}:{caller.f_code.co_name}:"
+                 f"{caller.f_lineno}")
+        logger = cls.create_logger(name, tostdout=True)
+        if cls.diagnostic_mode:
+            try:
+                from ovos_bus_client.message import dig_for_message
+                msg = dig_for_message()
+                if msg:
+                    logger.debug(f"DIAGNOSTIC - source bus message {msg.serialize()}")
+            except ImportError:
+                pass
+        return logger
+    LOG._get_real_logger = classmethod(_get_real_logger)
+    setattr(LOG, _CHEAP_NAMES, True)
+    return True
 
 
 def use_leak_free_codecs() -> None:
