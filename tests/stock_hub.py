@@ -8,8 +8,10 @@ an answering service on that bus that replies to every utterance at once, as a s
                                                             keep_acks_quick on its bus socket
 
 All three run from the cached "hub-4.0" venv (tests/hub_venvs.py), each with its own log in the
-hub's home. `StockOVOSHub(plugin="ovos-mode")` puts our plugin in its OVOS mode in front of the
-same bus instead of the stock one; `agent_protocol` any other plugin.
+hub's home; `generation="5"`: from the "ovos-hub-5" venv instead (hivemind-core 5.3.10a1 and
+its ovos-messagebus; the stock plugin there is 0.5.3a1). `StockOVOSHub(plugin="ovos-mode")`
+puts our plugin in its OVOS mode in front of the same bus instead of the stock one;
+`agent_protocol` any other plugin.
 """
 import json
 import os
@@ -76,12 +78,16 @@ def answering_service(port: int, quick: bool = False) -> None:
 
 class StockOVOSHub:
     def __init__(self, agent_protocol=None, plugin="stock", quick_answerer=False,
-                 settings=None):
+                 settings=None, generation="4.0"):
         """`settings`: more keys of our plugin's server.json section (plugin "ovos-mode")."""
         from hubs import HubProcess, free_port
         if plugin not in PLUGINS:
             raise ValueError(f"plugin is one of {PLUGINS}, not {plugin!r}")
-        self.venv = hub_venvs.ensure_venv("hub-4.0")
+        if generation not in ("4.0", "5"):
+            raise ValueError(f"generation is 4.0 or 5, not {generation!r}")
+        self.generation = generation
+        venv_name = "hub-4.0" if generation == "4.0" else "ovos-hub-5"
+        self.venv = hub_venvs.ensure_venv(venv_name)
         self.bus_port = free_port()
         self.plugin = plugin
         self.quick_answerer = quick_answerer     # answering_service(quick=...)
@@ -93,7 +99,8 @@ class StockOVOSHub:
             default = {"module": STOCK_PLUGIN,
                        STOCK_PLUGIN: {"host": "127.0.0.1", "port": self.bus_port}}
         self.agent_protocol = agent_protocol or default
-        self.hub = HubProcess(self.agent_protocol, generation="4.0")
+        self.hub = HubProcess(self.agent_protocol, generation=generation,
+                              venv=None if generation == "4.0" else venv_name)
         self.home = self.hub.home
         self.procs = []
         config = os.path.join(self.home, "config", "mycroft", "mycroft.conf")
