@@ -30,6 +30,7 @@ pytestmark = pytest.mark.hub
 
 VOICE_TOPICS = (*CLIENT_TOPICS, AUDIO_START)   # 5.x denies what a client is not allowed
 FLOOD_CAP = 3000         # utterances the flooder sends at most
+FLOOD_DRAIN = 900.0      # seconds its paced backlog may take to be answered after the flood
 OTHER_TURNS = 5
 
 
@@ -207,7 +208,10 @@ def test_a_flood_from_one_satellite_delays_no_other_satellites_turns(warmed, sat
         flooding.join(30)
     assert answers == ["Hello world"] * OTHER_TURNS
     assert refused_during > 0, "the flood was over before the other satellite's turns"
-    got = flooder.until_handled(count=sent[0], since=since, timeout=120)
+    # the flooder's frames wait in its own socket while it is over its share of the IO loop
+    # (core/loop_share.py), so its backlog is answered at that share, after the flood: 1614
+    # of 3000 had ended 120 s after it on a 4.0 hub on a busy 2-core machine
+    got = flooder.until_handled(count=sent[0], since=since, timeout=FLOOD_DRAIN)
     handled, refused = [m for m in got if m["type"] == HANDLED], busy_refusals(got)
     assert len(handled) == sent[0], (sent[0], len(handled))    # each ended, exactly once
     # refused at once, or let through to ovos-core (which may answer a flood utterance with
