@@ -21,7 +21,7 @@ def test_stop_closes_idle_connections_and_keeps_busy_ones_until_their_turn_ends(
     assert drain.tick(101.0, ["busy", "idle1", "idle2"]) == Decision()   # closed once
     assert drain.turn_ended("busy", 103.5, ["busy"]) == \
         Decision(close=frozenset({"busy"}), exit=True, cut=0)
-    assert drain.phase is Phase.DONE and drain.ended - drain.began == 3.5
+    assert drain.phase is Phase.DONE and drain.over and drain.ended - drain.began == 3.5
 
 
 def test_a_turn_arriving_during_the_drain_is_refused_and_its_connection_closed():
@@ -65,6 +65,7 @@ def test_turns_still_running_at_the_timeout_are_cut():
     assert drain.next_tick(19.5) == 0.5
     assert drain.tick(19.9, ["a", "b"]) == Decision()
     assert drain.tick(20.0, ["a", "b"]) == Decision(close=frozenset({"a"}), exit=True, cut=2)
+    assert drain.over and drain.cut == 2
 
 
 def test_a_connection_that_goes_and_comes_back_under_its_name_is_closed_again():

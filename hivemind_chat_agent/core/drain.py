@@ -56,6 +56,7 @@ class Drain:
         self.phase = Phase.SERVING
         self.began: Optional[float] = None
         self.ended: Optional[float] = None
+        self.cut = 0              # turns still running when it ended
         self._turns: Dict[Hashable, int] = {}        # connection -> its admitted turns open
         self._closed: Set[Hashable] = set()          # closed by a decision already
         self._arrived: Dict[Hashable, float] = {}    # connected during the drain, when
@@ -64,6 +65,11 @@ class Drain:
     def draining(self) -> bool:
         """Not ready: the drain began (and may be over)."""
         return self.phase is not Phase.SERVING
+
+    @property
+    def over(self) -> bool:
+        """The drain ended (whichever event ended it): the shell exits."""
+        return self.phase is Phase.DONE
 
     @property
     def running(self) -> int:
@@ -119,7 +125,7 @@ class Drain:
         settling = any(now < self._arrived.get(c, now - self.grace) + self.grace
                        for c in open_now - self._closed)
         if (running == 0 and not settling) or now >= self.began + self.timeout:
-            self.phase, self.ended = Phase.DONE, now
+            self.phase, self.ended, self.cut = Phase.DONE, now, running
             close = open_now - self._closed
             self._closed |= close
             return Decision(close=close, exit=True, cut=running)

@@ -86,6 +86,7 @@ class HubDrain:
         with self._changed:
             self.refusals += 1
             decision = self.plan.refused(self._clock(), self._open())
+            self._changed.notify_all()
         self._apply(decision)
 
     def turn_ended(self, client: Any) -> None:
@@ -115,14 +116,17 @@ class HubDrain:
             self._admitted_at_stop = self.plan.running
             decision = self.plan.stop(started, self._open())
         self._apply(decision)
-        while not decision.exit:
+        while True:      # the end may come from any thread's event (a turn ending, mostly)
             with self._changed:
+                if self.plan.over:
+                    break
                 self._changed.wait(self.plan.next_tick(self._clock()))
                 decision = self.plan.tick(self._clock(), self._open())
             self._apply(decision)
         self._wait_hung_up()
-        return DrainReport(self._clock() - started, self._admitted_at_stop - decision.cut,
-                           decision.cut, self.refusals, self.closed)
+        cut = self.plan.cut
+        return DrainReport(self._clock() - started, self._admitted_at_stop - cut, cut,
+                           self.refusals, self.closed)
 
     def _open(self) -> List[Hashable]:
         """Under the lock: the tokens of the connections open now (hivemind-core's table,
