@@ -127,14 +127,18 @@ def restart_one(deployment, hub, log_path, pids):
         probe.shutdown()
     code = hub.proc.wait(40)
     exited = time.monotonic() - signalled
+    where = {}
+    for pid, utterance in runs(log_path):
+        where.setdefault(utterance, []).append(pid)
+    here = str(pids[name][-1])
+    assert where[f"slow 4 0.5 inflight-{name}"] == [here]         # finished there, once
+    assert here not in where[f"slow 1 0.1 arrive-{name}"]          # run elsewhere
+    assert len(where[f"slow 1 0.1 arrive-{name}"]) == 1
     drained = re.findall(r"drained in ([0-9.]+) s: (\d+) turns finished, (\d+) cut at "
                          r"drain_timeout, (\d+) refused", hub.logs())
     assert drained, hub.logs()[-3000:]
     seconds, finished, cut, refused = drained[-1]
     assert int(cut) == 0 and int(refused) >= 1, drained[-1]
-    ran = {u: pid for pid, u in runs(log_path)}
-    assert ran[f"slow 4 0.5 inflight-{name}"] == str(pids[name][-1])   # finished there
-    assert ran[f"slow 1 0.1 arrive-{name}"] != str(pids[name][-1])     # run elsewhere
     print(f"{name}: not ready {not_ready * 1000:.0f} ms after SIGTERM, drained in {seconds} s "
           f"({finished} turns finished, {refused} refused), exited {exited:.2f} s after it "
           f"with code {code}")
