@@ -83,3 +83,31 @@ def test_a_zero_timeout_ends_at_once_and_a_negative_one_is_refused():
     assert drain.stop(0.0, ["a"]) == Decision(close=frozenset({"a"}), exit=True, cut=1)
     with pytest.raises(ValueError):
         Drain(timeout=-1)
+
+
+def test_a_host_list_tries_the_next_hub_first_after_a_draining_refusal():
+    import threading
+
+    from hivemind_chat_agent.client.churn_gate import ChurnGate
+    from hivemind_chat_agent.client.config import ClientConfig
+    from hivemind_chat_agent.client.pool_parts import Connector
+    config = ClientConfig.from_dict({"host": ["ws://a.lan:5678", "ws://b.lan:5679"],
+                                     "key": "k", "password": "p"})
+    opened = []
+
+    class Fake:
+        def __init__(self, cfg, session):
+            self.config = cfg
+            opened.append((cfg.host, cfg.port))
+
+        def connect(self):
+            return self
+    connector = Connector(config, Fake, ChurnGate(0, stagger=0), threading.Lock())
+    first = connector.open(None)
+    assert opened == [("a.lan", 5678)]
+    connector.draining(first.config)
+    connector.open(None)
+    assert opened[-1] == ("b.lan", 5679)
+    connector.draining(first.config)      # a's news again: b stays first
+    connector.open(None)
+    assert opened[-1] == ("b.lan", 5679)

@@ -142,6 +142,7 @@ class TurnDriver:
             # and send the new connection to the same replica: later attempts wait a little
             old.turns.clock.sleep(DRAINING_PAUSE * self._drained)
             self._drained += 1
+            agent.pool.hub_draining(old)
         else:
             self._retried = True
         old.finish_turn(handle)
