@@ -68,7 +68,8 @@ class HubDrain:
         self._clock = clock
         self._changed = threading.Condition()
         self._by_token: Dict[Hashable, Any] = {}
-        self._loops: List[Any] = []
+        self._loops: List[Any] = []          # where closes were queued
+        self._tally = threading.Lock()       # `closed` and `_loops`, counted outside _changed
         self._admitted_at_stop = 0
         self.refusals = self.closed = 0
 
@@ -85,17 +86,19 @@ class HubDrain:
         """IO loop, after a refusal's replies were queued: its connection may be idle now."""
         with self._changed:
             self.refusals += 1
-            decision = self.plan.refused(self._clock(), self._open())
+            decision = self.plan.refused(self._clock(), self._open_if_draining())
             self._changed.notify_all()
-        self._apply(decision)
+            names = self._by_token
+        self._apply(decision, names)
 
     def turn_ended(self, client: Any) -> None:
         """Any thread, after the turn's end was queued on its loop (so a close comes after)."""
         with self._changed:
             decision = self.plan.turn_ended(connection_token(client), self._clock(),
-                                            self._open())
+                                            self._open_if_draining())
             self._changed.notify_all()
-        self._apply(decision)
+            names = self._by_token
+        self._apply(decision, names)
 
     def connected(self, client: Any, loop: Any) -> None:
         note_loop(client, loop)
@@ -115,18 +118,24 @@ class HubDrain:
         with self._changed:
             self._admitted_at_stop = self.plan.running
             decision = self.plan.stop(started, self._open())
-        self._apply(decision)
+            names = self._by_token
+        self._apply(decision, names)
         while True:      # the end may come from any thread's event (a turn ending, mostly)
             with self._changed:
                 if self.plan.over:
                     break
                 self._changed.wait(self.plan.next_tick(self._clock()))
                 decision = self.plan.tick(self._clock(), self._open())
-            self._apply(decision)
+                names = self._by_token
+            self._apply(decision, names)
         self._wait_hung_up()
         cut = self.plan.cut
         return DrainReport(self._clock() - started, self._admitted_at_stop - cut, cut,
                            self.refusals, self.closed)
+
+    def _open_if_draining(self) -> List[Hashable]:
+        """While serving no decision needs the connections: a turn's end costs no copy."""
+        return self._open() if self.plan.draining else []
 
     def _open(self) -> List[Hashable]:
         """Under the lock: the tokens of the connections open now (hivemind-core's table,
@@ -139,23 +148,29 @@ class HubDrain:
                 continue
         else:
             clients = []
+        # a new dict each time: a decision's `names` stay as they were when it was taken
         self._by_token = {connection_token(c): c for c in clients if not connection_closed(c)}
         return list(self._by_token)
 
-    def _apply(self, decision: Decision) -> None:
+    def _apply(self, decision: Decision, names: Dict[Hashable, Any]) -> None:
+        """Outside the lock: queue the closes on each connection's loop (`names`: the tokens'
+        connections when the decision was taken)."""
         for token in decision.close:
-            client = self._by_token.get(token)
+            client = names.get(token)
             if client is None:
                 continue
             loop = getattr(client, _LOOP, None) or self._fallback_loop()
             loop.add_callback(hang_up, client, CLOSE_CODE, CLOSE_REASON)
-            self.closed += 1
-            if loop not in self._loops:
-                self._loops.append(loop)
+            with self._tally:
+                self.closed += 1
+                if loop not in self._loops:
+                    self._loops.append(loop)
 
     def _wait_hung_up(self) -> None:
         """The loops have run the closes queued on them (bounded: a stopped loop runs none)."""
-        for loop in self._loops:
+        with self._tally:
+            loops = list(self._loops)
+        for loop in loops:
             done = threading.Event()
             loop.add_callback(done.set)
             done.wait(HANG_UP_WAIT)
