@@ -22,6 +22,7 @@ many during it. Printed: median and p90 of each, the ratio of the medians (targe
 what the flood sent, had refused and had answered.
 """
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -98,8 +99,13 @@ def main():
                     help="flood utterances a second (0: as fast as the flooder can)")
     ap.add_argument("--plugin", choices=PLUGINS, default="ovos-mode",
                     help="stock: hivemind-ovos-agent-plugin 0.1.0 instead, for comparison")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=JSON",
+                    help="a key of our plugin's server.json section, e.g. loop_share=0 "
+                         "(reads not paced, the default before core/loop_share.py)")
     args = ap.parse_args()
-    hub = StockOVOSHub(plugin=args.plugin).start()
+    settings = {key: json.loads(value) for key, value in
+                (item.split("=", 1) for item in args.set)}
+    hub = StockOVOSHub(plugin=args.plugin, settings=settings).start()
     flooder = agent = None
     try:
         agent = HiveMindChatAgent(hub.add_client(name="other").agent_config(timeout=10))
@@ -134,7 +140,7 @@ def main():
     ended = sum(f[3] for f in floods)
     plugin = "our plugin in OVOS mode" if args.plugin == "ovos-mode" else \
         "the stock hivemind-ovos-agent-plugin 0.1.0"
-    print(f"\n{os.cpu_count()} CPUs; hivemind-core 4.0.0, {plugin}, genuine "
+    print(f"\n{os.cpu_count()} CPUs; hivemind-core 4.0.0, {plugin} {settings or ''}, genuine "
           f"ovos-messagebus, answering service; {args.rounds} rounds of {args.turns} turns "
           f"per phase; flood {'as fast as it can' if not args.rate else f'{args.rate:g}/s'}: "
           f"{sent} utterances in {seconds:.1f} s ({sent / seconds:.0f}/s), {refused} refused "

@@ -18,18 +18,35 @@ Each entry: the library and versions it targets, why, and the upstream fix that 
 - `register_session`: ovos-bus-client 1.x `SessionManager.__lock`, 2.x `SessionManager._lock`.
   2.x keeps only the default Session in the registry; agents, personas and skills of this
   process still look conversations up there by id (2.x's intended model: nothing to fix).
+- `name_loggers_cheaply`: ovos-utils before 0.15 (0.8.5 on the 4.0 stable line)
+  `LOG._get_real_logger`. It named each call's logger from `inspect.stack()`, which builds a
+  record of every frame on the stack and reads each one's source line from disk, on every LOG
+  call, DEBUG lines below the level included: under one satellite's flood that was 60-64% of
+  a 4.0 hub's IO loop (a profile of benchmarks/bench_ovos_flood.py). Replaced by the caller-
+  frame lookup 0.15 has: the same logger names. Fix: upgrade to ovos-utils 0.15.
+- `pace_websocket_reads`: hivemind-websocket-protocol (0.0.x on 4.0, 0.2.x on 5.x)
+  `HiveMindTornadoWebSocket.on_message`. Every frame's handling is timed and charged to its
+  connection's share of the IO loop (core/loop_share.py); a connection over its share has its
+  next frame read later (tornado waits for `on_message`'s awaitable), so one satellite's flood
+  cannot hold up the others' frames. Fix: a per-connection read budget in hivemind-core.
 - `socket_handler` (reads, patches nothing): hivemind-websocket-protocol 0.0.x `send_msg`'s
   closure. 4.0's `send_msg` drops the write's Future and asyncio logs each failed one. Fix:
   return the Future from `send_msg`.
 """
+import asyncio
 import importlib
-from typing import Any, Callable, Optional
+import sys
+import time
+from typing import Any, Callable, Optional, Tuple
 
 # codec name -> module of z85base91's pure-Python version (its own fallback for a missing C
 # library: the same bytes, and for HiveMind's frame sizes about the same time)
 PURE_CODECS = {"B91": "z85base91.b91", "Z85B": "z85base91.z85b", "Z85P": "z85base91.z85p"}
 CODEC_USERS = ("z85base91", "hivemind_bus_client.encryption")
 _WATCHED = "_hivemind_chat_watch"
+_CHEAP_NAMES = "_hivemind_chat_cheap_names"
+_PACED = "_hivemind_chat_paced"
+_ALLOWANCE = "_hivemind_chat_loop_allowance"     # on hivemind-core's connection object
 
 
 def for_client() -> None:
@@ -37,9 +54,46 @@ def for_client() -> None:
     use_leak_free_codecs()
 
 
-def for_hub() -> None:
-    """What the hub plugin needs before its first satellite."""
+def for_hub(pacing: Optional[Tuple[float, float]] = None) -> None:
+    """What the hub plugin needs before its first satellite; `pacing`: (share, burst) of the
+    IO loop per connection (core/loop_share.loop_pacing), None for none."""
     use_leak_free_codecs()
+    name_loggers_cheaply()
+    if pacing is not None:
+        pace_websocket_reads(*pacing)
+
+
+def name_loggers_cheaply() -> bool:
+    """Give ovos-utils' LOG (before 0.15, which does it itself: it has `is_enabled_for`) a
+    `_get_real_logger` that reads only the caller's frame. True when it patched now or before."""
+    try:
+        from ovos_utils.log import LOG
+    except ImportError:
+        return False
+    if getattr(LOG, _CHEAP_NAMES, False):
+        return True
+    if hasattr(LOG, "is_enabled_for") or not hasattr(LOG, "_get_real_logger"):
+        return False
+
+    def _get_real_logger(cls):
+        # frames: [0] this, [1] LOG.debug/info/..., [2] the caller: as ovos-utils 0.8.5 counts
+        caller = sys._getframe(2)
+        name = "" if cls.name is None else cls.name + " - "
+        name += (f"{caller.f_globals.get('__name__', '')}:{caller.f_code.co_name}:"
+                 f"{caller.f_lineno}")
+        logger = cls.create_logger(name, tostdout=True)
+        if cls.diagnostic_mode:
+            try:
+                from ovos_bus_client.message import dig_for_message
+                msg = dig_for_message()
+                if msg:
+                    logger.debug(f"DIAGNOSTIC - source bus message {msg.serialize()}")
+            except ImportError:
+                pass
+        return logger
+    LOG._get_real_logger = classmethod(_get_real_logger)
+    setattr(LOG, _CHEAP_NAMES, True)
+    return True
 
 
 def use_leak_free_codecs() -> None:
@@ -128,3 +182,52 @@ def socket_handler(send_msg: Any) -> Optional[Any]:
         if callable(getattr(candidate, "write_message", None)):
             return candidate
     return None
+
+
+def pace_websocket_reads(share: float, burst: float) -> bool:
+    """Wrap hivemind-websocket-protocol's `HiveMindTornadoWebSocket.on_message` with `paced`
+    (once per process; the first plugin's `share`/`burst` hold). False where that transport
+    is not installed."""
+    try:
+        from hivemind_websocket_protocol import HiveMindTornadoWebSocket as Handler
+    except ImportError:
+        return False
+    if not getattr(Handler.on_message, _PACED, False):
+        Handler.on_message = paced(Handler.on_message, share, burst)
+    return True
+
+
+def charge_loop_time(connection: Any, seconds: float) -> None:
+    """Charge IO-loop time spent for `connection` outside `on_message` (writing its replies)
+    to its allowance, if `paced` gave it one."""
+    allowance = getattr(connection, _ALLOWANCE, None)
+    if allowance is not None:
+        allowance.charge(seconds)
+
+
+def paced(on_message: Callable[[Any, Any], Any], share: float, burst: float,
+          clock: Callable[[], float] = time.perf_counter) -> Callable[[Any, Any], Any]:
+    """`on_message` (a tornado handler's) timed, each frame's time charged to its connection's
+    LoopAllowance (kept on hivemind-core's connection object, `handler.client`); when the
+    connection is over its share, the awaitable returned makes tornado read its next frame
+    only after the pause."""
+    from hivemind_chat_agent.core.loop_share import LoopAllowance
+
+    def wrapped(handler, message):
+        started = clock()
+        result = on_message(handler, message)
+        if result is not None:       # a handler that awaits by itself: left to its pace
+            return result
+        owner = getattr(handler, "client", None) or handler
+        allowance = getattr(owner, _ALLOWANCE, None)
+        if allowance is None:
+            allowance = LoopAllowance(share, burst, clock)
+            try:
+                setattr(owner, _ALLOWANCE, allowance)
+            except AttributeError:
+                return None
+        allowance.charge(clock() - started)
+        pause = allowance.pause()
+        return asyncio.sleep(pause) if pause > 0 else None
+    setattr(wrapped, _PACED, True)
+    return wrapped

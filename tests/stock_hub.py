@@ -31,9 +31,10 @@ def answering_service(port: int, quick: bool = False) -> None:
     """Answers every `recognizer_loop:utterance` on the OVOS bus like a skill would: `speak`
     ("you said ..."), then `ovos.utterance.handled`, both with Message.reply, so the context
     (destination = the satellite's peer, session, the client's turn tags) goes back to the
-    HiveMind agent plugin. `quick`: keep_acks_quick on its bus socket (hub/bus_socket.py), so
-    its own delayed ACK never holds the bus's next frame to it (benchmarks/bench_ovos_mode.py:
-    back-to-back turns without the answering side's 40 ms; ovos-core's connection is stock)."""
+    HiveMind agent plugin; and `mycroft.skills.is_ready`, as ovos-core's skill manager does.
+    `quick`: keep_acks_quick on its bus socket (hub/bus_socket.py), so its own delayed ACK
+    never holds the bus's next frame to it (benchmarks/bench_ovos_mode.py: back-to-back
+    turns without the answering side's 40 ms; ovos-core's connection is stock)."""
     from ovos_bus_client import MessageBusClient
     from ovos_utils.log import LOG
     from pyee import EventEmitter
@@ -61,6 +62,11 @@ def answering_service(port: int, quick: bool = False) -> None:
     if not bus.connected_event.wait(30):
         print("the answering service could not connect", flush=True)
         sys.exit(1)
+    # answers mycroft.skills.is_ready as ovos-core's skill manager does, with ovos-utils' own
+    # ProcessStatus, ready once its handlers are on (the OVOS mode waits for it)
+    from ovos_utils.process_utils import ProcessStatus
+    status = ProcessStatus("skills", bus=bus)
+    status.set_ready()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     print("READY", flush=True)
@@ -69,7 +75,9 @@ def answering_service(port: int, quick: bool = False) -> None:
 
 
 class StockOVOSHub:
-    def __init__(self, agent_protocol=None, plugin="stock", quick_answerer=False):
+    def __init__(self, agent_protocol=None, plugin="stock", quick_answerer=False,
+                 settings=None):
+        """`settings`: more keys of our plugin's server.json section (plugin "ovos-mode")."""
         from hubs import HubProcess, free_port
         if plugin not in PLUGINS:
             raise ValueError(f"plugin is one of {PLUGINS}, not {plugin!r}")
@@ -79,7 +87,8 @@ class StockOVOSHub:
         self.quick_answerer = quick_answerer     # answering_service(quick=...)
         if plugin == "ovos-mode":
             default = {"module": OUR_PLUGIN, OUR_PLUGIN: {
-                "mode": "ovos", "bus": f"ws://127.0.0.1:{self.bus_port}/core"}}
+                "mode": "ovos", "bus": f"ws://127.0.0.1:{self.bus_port}/core",
+                **(settings or {})}}
         else:
             default = {"module": STOCK_PLUGIN,
                        STOCK_PLUGIN: {"host": "127.0.0.1", "port": self.bus_port}}

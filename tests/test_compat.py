@@ -68,3 +68,46 @@ def test_a_4_0_hubs_connection_still_decodes_where_the_watch_wraps_it():
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout.strip().splitlines()[-1]) == {
         "wrapped": True, "key": True, "decode": True, "handler": True}
+
+
+@pytest.mark.hub
+def test_a_4_0_hubs_log_names_loggers_as_before_without_reading_the_stack(tmp_path):
+    """Run in the hivemind-core 4.0.0 venv (ovos-utils 0.8.5): LOG's logger for a call site in
+    a module is named as ovos-utils named it (module:function:line), and no longer through
+    inspect.stack() (counted: the patch must not call it)."""
+    import hub_venvs
+    venv = hub_venvs.ensure_venv("hub-4.0")
+    (tmp_path / "log_site.py").write_text(
+        "from ovos_utils.log import LOG\n"
+        "def site():\n"
+        "    return LOG._get_real_logger()\n"
+        "def caller():\n"
+        "    return site()\n")
+    probe = (
+        "import inspect, json\n"
+        "from log_site import caller\n"
+        "before = caller().name\n"
+        "from hivemind_chat_agent import compat\n"
+        "patched = compat.name_loggers_cheaply()\n"
+        "calls = []\n"
+        "real = inspect.stack\n"
+        "inspect.stack = lambda *a, **k: calls.append(1) or real(*a, **k)\n"
+        "after = caller().name\n"
+        "print(json.dumps({'patched': patched, 'before': before, 'after': after,\n"
+        "                  'again': compat.name_loggers_cheaply(), 'stack_calls': len(calls)}))\n")
+    out = subprocess.run([f"{venv}/bin/python", "-c", probe], capture_output=True, text=True,
+                         timeout=120, env={"PYTHONPATH": f"{hub_venvs.package_path()}:{tmp_path}"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result == {"patched": True, "before": "OVOS - log_site:caller:5",
+                      "after": "OVOS - log_site:caller:5", "again": True, "stack_calls": 0}
+
+
+def test_a_current_ovos_utils_log_is_left_alone():
+    """ovos-utils 0.15 (this venv) reads only the caller's frame itself: nothing patched."""
+    from ovos_utils.log import LOG
+
+    from hivemind_chat_agent import compat
+    real = LOG._get_real_logger
+    assert compat.name_loggers_cheaply() is False
+    assert LOG._get_real_logger == real

@@ -3,6 +3,7 @@ ovos-messagebus is): it reports up, frames and down, sends, sets its socket opti
 the one function, and reconnects when the server comes back on its port."""
 import asyncio
 import json
+import logging
 import socket
 import threading
 
@@ -79,3 +80,50 @@ def test_the_bus_connects_sends_receives_and_reconnects():
     finally:
         bus.close()
         server.stop()
+
+
+class Recorder(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.records = []
+
+    def emit(self, record):
+        self.records.append(record)
+
+
+def test_a_bus_that_keeps_refusing_logs_no_line_per_retry_through_websocket_client():
+    """websocket-client logs "... - goodbye" at ERROR for every failed connect: under
+    hivemind-core's logging that was a line per retry while ovos-core was down. A listener
+    that accepts and hangs up at once counts the attempts."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    attempts = []
+
+    def refuse():
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            attempts.append(1)
+            conn.close()
+    threading.Thread(target=refuse, daemon=True).start()
+    recorder = Recorder()
+    websocket_logger = logging.getLogger("websocket")
+    websocket_logger.addHandler(recorder)
+    level = websocket_logger.level
+    websocket_logger.setLevel(logging.DEBUG)
+    bus = OvosBus(f"ws://127.0.0.1:{listener.getsockname()[1]}/core", print,
+                  lambda: None, lambda: None, retry=0.02, max_retry=0.05).start()
+    try:
+        assert wait_until(lambda: len(attempts) >= 5, 10)
+        assert recorder.records == []
+        websocket_logger.error("someone else's websocket-client error")   # still logged
+        assert [r.getMessage() for r in recorder.records] == [
+            "someone else's websocket-client error"]
+    finally:
+        bus.close()
+        listener.close()
+        websocket_logger.removeHandler(recorder)
+        websocket_logger.setLevel(level)

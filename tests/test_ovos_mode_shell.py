@@ -7,6 +7,7 @@ import threading
 from ovos_bus_client.message import Message
 from waiting import wait_until
 
+from hivemind_chat_agent.core.skills_readiness import PROBE_TYPE
 from hivemind_chat_agent.hub.ovos_bus import BusNotConnected
 from hivemind_chat_agent.hub.ovos_mode import OVOSModeProtocol
 
@@ -18,6 +19,7 @@ class FakeBus:
         self.on_message, self.on_up, self.on_down = on_message, on_up, on_down
         self.connected = threading.Event()
         self.sent = []
+        self.skills_ready = True
 
     def start(self):
         self.connected.set()
@@ -27,7 +29,14 @@ class FakeBus:
     def send(self, text):
         if not self.connected.is_set():
             raise BusNotConnected("down")
-        self.sent.append(json.loads(text))
+        message = json.loads(text)
+        if message["type"] == PROBE_TYPE:     # answered as ProcessStatus does, once ready
+            if self.skills_ready:
+                self.on_message(json.dumps({"type": PROBE_TYPE + ".response",
+                                            "data": {"status": True},
+                                            "context": {"destination": ["hivemind"]}}).encode())
+            return
+        self.sent.append(message)
 
     def close(self):
         pass
@@ -67,7 +76,9 @@ def protocol_with(*satellites, **config):
     protocol = OVOSModeProtocol(config={"mode": "ovos", "connect_wait": 0, **config},
                                 bus_factory=FakeBus)
     protocol._secret = b"s" * 32
-    protocol.loop = FakeLoop()
+    protocol.loop = FakeLoop()     # the thread here runs no loop: the plugin's own is used
+    protocol.own_loop.get = lambda: protocol.loop
+    assert wait_until(lambda: protocol.routes.bus_up, 5)    # the skills answered the probe
     protocol.hm_protocol = type("Core", (), {"clients": {s.peer: s for s in satellites}})()
     return protocol
 
@@ -102,6 +113,35 @@ def test_a_reply_is_written_on_the_loop_under_the_declared_session():
         assert sat.writer_threads == {threading.get_ident()}
     finally:
         protocol.shutdown()
+
+
+def test_a_transport_thread_with_no_loop_gets_its_replies_on_the_plugins_own_loop():
+    """As hivemind-mqtt-protocol and hivescope deliver: no loop runs on the thread a satellite's
+    message comes in on. Before reply_loops, the shell took tornado's IOLoop.current() there, a
+    loop nobody runs, and the satellite heard nothing."""
+    sat = FakeSatellite("sat::a::kitchen", "key-a")
+    protocol = OVOSModeProtocol(config={"mode": "ovos", "connect_wait": 0}, bus_factory=FakeBus)
+    protocol._secret = b"s" * 32
+    protocol.hm_protocol = type("Core", (), {"clients": {sat.peer: sat}})()
+    assert wait_until(lambda: protocol.routes.bus_up, 5)
+    try:
+        transport = threading.Thread(target=protocol.bus.emit, args=(utterance(sat),))
+        transport.start()
+        transport.join()
+        assert wait_until(lambda: protocol.ovos.sent, 5)
+        ovos_sid = protocol.ovos.sent[0]["context"]["session"]["session_id"]
+        reply = {"type": "speak", "data": {"utterance": "Hello world"},
+                 "context": {"destination": sat.peer, "session": {"session_id": ovos_sid}}}
+        protocol.ovos.on_message(json.dumps(reply).encode())
+        assert wait_until(lambda: sat.written, 5)
+        [written] = sat.written
+        assert written.data["utterance"] == "Hello world"
+        [writer] = sat.writer_threads
+        assert writer not in (transport.ident, threading.get_ident())
+    finally:
+        protocol.shutdown()
+    assert wait_until(lambda: not any(t.name == "hivemind-chat-ovos-replies"
+                                      for t in threading.enumerate()), 5)   # stopped with it
 
 
 def test_an_utterance_while_the_bus_is_down_gets_a_typed_failure_at_once():
@@ -238,3 +278,68 @@ def test_a_query_carries_the_clients_policy_and_a_denied_one_never_reaches_ovos(
         assert denied.said == [None] and len(protocol.ovos.sent) == 1
     finally:
         protocol.shutdown()
+
+
+# ---- ovos-core's skills asked after each connect (core/skills_readiness.py) ----
+def test_utterances_are_refused_until_the_skills_answer_then_forwarded():
+    """The bus is up before ovos-core is (a bus restart, the hub's start): an utterance is
+    told at once why, not forwarded to nobody; once the skills answer the probe it goes."""
+    sat = FakeSatellite("sat::a::kitchen", "key-a")
+    protocol = OVOSModeProtocol(config={"mode": "ovos", "connect_wait": 0},
+                                bus_factory=lambda *a, **k: NotReadyBus(*a, **k))
+    protocol._secret = b"s" * 32
+    protocol.loop = FakeLoop()
+    protocol.own_loop.get = lambda: protocol.loop
+    protocol.hm_protocol = type("Core", (), {"clients": {sat.peer: sat}})()
+    try:
+        assert wait_until(lambda: protocol.ovos.probes >= 2, 5)      # asked again, unanswered
+        protocol.bus.emit(utterance(sat))
+        protocol.loop.run()
+        failure, handled = sat.written
+        assert failure.data["reason"] == "backend_unavailable"
+        assert "skills are not on the hub's OVOS messagebus yet" in failure.data["message"]
+        assert protocol.ovos.sent == []
+        protocol.ovos.skills_ready = True
+        assert wait_until(lambda: protocol.routes.bus_up, 5)
+        protocol.bus.emit(utterance(sat, "hello again"))
+        assert wait_until(lambda: protocol.ovos.sent, 5)
+        assert protocol.ovos.sent[0]["data"]["utterances"] == ["hello again"]
+        protocol.ovos.connected.clear()
+        protocol.ovos.on_down()                  # lost: asked again after the next connect
+        protocol.ovos.skills_ready = False
+        protocol.ovos.connected.set()
+        protocol.ovos.on_up()
+        assert not protocol.routes.bus_up
+        assert wait_until(lambda: protocol.ovos.probes >= 4, 5)
+    finally:
+        protocol.shutdown()
+
+
+def test_a_bus_without_ovos_core_skills_can_be_taken_at_once():
+    sat = FakeSatellite("sat::a::kitchen", "key-a")
+    protocol = OVOSModeProtocol(config={"mode": "ovos", "connect_wait": 0,
+                                        "wait_for_skills": False},
+                                bus_factory=lambda *a, **k: NotReadyBus(*a, **k))
+    protocol._secret = b"s" * 32
+    protocol.hm_protocol = type("Core", (), {"clients": {sat.peer: sat}})()
+    try:
+        assert protocol.routes.bus_up
+        protocol.bus.emit(utterance(sat))
+        assert wait_until(lambda: protocol.ovos.sent, 5)
+        assert protocol.ovos.probes == 0
+    finally:
+        protocol.shutdown()
+
+
+class NotReadyBus(FakeBus):
+    """ovos-messagebus with no ovos-core on it yet: nobody answers the probe until told."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.skills_ready = False
+        self.probes = 0
+
+    def send(self, text):
+        if json.loads(text)["type"] == PROBE_TYPE:
+            self.probes += 1
+        super().send(text)

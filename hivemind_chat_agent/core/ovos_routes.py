@@ -49,6 +49,8 @@ RECENT_FRAMES = 16   # first frames of one session whose twin may still come (ut
 SWEEP_EVERY = 1.0          # seconds between looks for expired sessions and in-flight entries
 
 
+BUS_DOWN_WHY = "the hub's OVOS messagebus is not connected"
+
 @dataclass(frozen=True)
 class RouteLimits:
     max_queued_per_client: int = 32      # messages of one access key waiting for the bus
@@ -119,6 +121,7 @@ class OvosRoutes:
         self.limits = limits
         self.now = now
         self.bus_up = False
+        self.down_why = BUS_DOWN_WHY     # what a refused utterance is told while not bus_up
         self._next_sweep = 0.0
         self._sessions: Dict[str, _Session] = {}
         self._of_client: Dict[str, "OrderedDict[str, None]"] = {}   # least recent first
@@ -136,8 +139,7 @@ class OvosRoutes:
             self._expire(now)
         is_utterance = message.get("type") in UTTERANCE_TYPES
         if is_utterance and not self.bus_up:
-            return Refusal(EndReason.BACKEND_UNAVAILABLE,
-                           "the hub's OVOS messagebus is not connected")
+            return Refusal(EndReason.BACKEND_UNAVAILABLE, self.down_why)
         queue = self._queues.get(sender.client)
         if queue is not None and len(queue) >= self.limits.max_queued_per_client:
             return Refusal(EndReason.BUSY, f"{len(queue)} messages of this client are "
@@ -234,10 +236,17 @@ class OvosRoutes:
     def bus_connected(self) -> None:
         self.bus_up = True
 
+    def skills_not_ready(self, why: str) -> None:
+        """The bus is connected but OVOS cannot answer yet (core/skills_readiness.py):
+        utterances are refused, saying `why`; other messages wait in their queues."""
+        self.bus_up = False
+        self.down_why = why
+
     def bus_lost(self) -> List[Outbound]:
         """The bus went down: every utterance queued or in flight is lost (its answer will
         never come); returns them, to be told."""
         self.bus_up = False
+        self.down_why = BUS_DOWN_WHY
         lost = [o for q in self._queues.values() for o in q if o.is_utterance]
         self._queues.clear()
         for session in self._sessions.values():

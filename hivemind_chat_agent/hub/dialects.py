@@ -16,11 +16,13 @@ two modules, behind the same four names:
 
 The dialect is picked once per connection, from what the object has, and kept on it.
 """
+import time
 from types import ModuleType
 from typing import Callable, Optional
 
 from ovos_utils.log import LOG
 
+from hivemind_chat_agent import compat
 from hivemind_chat_agent.core.limits import shown, shown_name
 from hivemind_chat_agent.errors import ReplyNotSent
 from hivemind_chat_agent.hub.connections import connection_closed
@@ -56,14 +58,18 @@ def send_reply(client, peer: str, reply, not_sent: Callable[[str], None] = LOG.w
     """IO loop: write `reply` (a Message) to the connection `client`, by the object, not by its
     peer name (a satellite's HELLO renames a connection on 5.x while it stays). A reply that
     cannot go out is logged with the reason, never silence: one to a connection gone or of no
-    known generation through `not_sent`, any other failure as a WARNING."""
+    known generation through `not_sent`, any other failure as a WARNING. The write's time is
+    charged to the connection's share of the loop (core/loop_share.py): answering a flood
+    costs the flooder, not the others."""
     dialect = dialect_for(client)
     try:
         if connection_closed(client):
             raise ReplyNotSent("the satellite is no longer connected")
         if dialect is None:
             raise ReplyNotSent(f"unknown connection type {type(client).__name__}")
+        started = time.perf_counter()
         dialect.send(client, reply)
+        compat.charge_loop_time(client, time.perf_counter() - started)   # its share's debt
     except ReplyNotSent as e:
         not_sent(f"not sending {shown(reply.msg_type, quote=False)} to {shown_name(peer)}: {e}")
     except Exception as e:

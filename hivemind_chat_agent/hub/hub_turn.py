@@ -35,6 +35,7 @@ from hivemind_chat_agent.core.transcript import ANSWERED, STOPPED, Exchange, eng
 from hivemind_chat_agent.core.turns import EndReason
 from hivemind_chat_agent.hub.exchanges import EndedExchange
 from hivemind_chat_agent.hub.metrics import NoMetrics
+from hivemind_chat_agent.hub.refusal_log import warn_refusal
 from hivemind_chat_agent.hub.settings import PLUGIN_NAME, HubSettings
 
 TOLD_WAIT = 1.0   # seconds a worker waits for the IO loop to write a turn's end: the loop
@@ -192,7 +193,8 @@ class HubTurn:
                                             replayed=self.replayed)):
             return False
         if failed and why and reason not in (EndReason.NONE, EndReason.NOT_UNDERSTOOD):
-            LOG.warning(f"answering {shown_name(self.peer)} with a failure: {why}")
+            warn_refusal("failure", self.peer,
+                         f"answering {shown_name(self.peer)} with a failure: {why}")
         # a replayed turn is kept already; one the store did not answer is not tried again
         if not self.replayed and outcome not in _NOT_KEPT:
             self._after_told(lambda: self.protocol.keep_exchange(self._ended(outcome)))

@@ -16,7 +16,13 @@ once per connection, in `on_open` before anything is sent: TCP_NODELAY, and
 hub/bus_socket.keep_acks_quick (TCP_QUICKACK after every send and receive), so ovos-messagebus
 never holds a reply behind the delayed ACK of its echo of our own message (issue 31: 40 ms a
 turn; docs/performance.md).
+
+Logging: websocket-client logs an ERROR ("[Errno 111] Connection refused - goodbye") on its
+"websocket" logger for every connection that fails, which under hivemind-core's logging was a
+line per retry for as long as ovos-core was down. Those records of the bus thread are dropped
+(`QuietRetries`): this module says once that the bus is unreachable and once that it is back.
 """
+import logging
 import socket
 import threading
 from typing import Any, Callable, Optional
@@ -26,6 +32,23 @@ from ovos_utils.log import LOG
 from hivemind_chat_agent.core.limits import shown
 from hivemind_chat_agent.errors import HiveMindChatError
 from hivemind_chat_agent.hub.bus_socket import keep_acks_quick
+
+BUS_THREAD = "hivemind-chat-ovos-bus"
+
+
+class QuietRetries(logging.Filter):
+    """On websocket-client's logger: drops what it logs on the OVOS bus thread (each retry's
+    "goodbye"), keeps what it logs for anyone else in the process."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.threadName != BUS_THREAD
+
+
+def quiet_retries() -> None:
+    """Install `QuietRetries` on websocket-client's logger, once per process."""
+    logger = logging.getLogger("websocket")
+    if not any(isinstance(f, QuietRetries) for f in logger.filters):
+        logger.addFilter(QuietRetries())
 
 
 class BusNotConnected(HiveMindChatError):
@@ -59,8 +82,8 @@ class OvosBus:
         self._thread: Optional[threading.Thread] = None
 
     def start(self) -> "OvosBus":
-        self._thread = threading.Thread(target=self._run, name="hivemind-chat-ovos-bus",
-                                        daemon=True)
+        quiet_retries()
+        self._thread = threading.Thread(target=self._run, name=BUS_THREAD, daemon=True)
         self._thread.start()
         return self
 

@@ -12,10 +12,13 @@ thread, one lock around the table:
   answered there and then with the chat mode's failure shape;
 - one sender thread writes the queues to the bus, round robin between clients, so neither a
   flooding satellite nor a stalled bus socket ever holds up the IO loop;
-- the bus thread (hub/ovos_bus.py) routes what OVOS sends and hands each delivery to the IO
-  loop with `add_callback`: every frame to a satellite is written there, to the connection
-  object that sent (by hub/dialects.py, as the chat mode writes), never by iterating
-  hivemind-core's client table;
+- the bus thread (hub/ovos_bus.py) routes what OVOS sends and hands each delivery to the loop
+  of the connection it is for with `add_callback`: every frame to a satellite is written
+  there, to the connection object that sent (by hub/dialects.py, as the chat mode writes),
+  never by iterating hivemind-core's client table. A connection's loop is the one running on
+  the thread its first message came in on (the websocket transport's IO loop, both
+  generations), or the plugin's own where that thread runs none (hivemind-mqtt-protocol's,
+  hivescope's): hub/reply_loops.py;
 - a bus that goes down fails every utterance queued or in flight (the satellite is told, with
   reason `backend_unavailable`), refuses new ones at once, and reconnects by itself;
 - hivemind-core's QUERY / CASCADE are answered by OVOS through the same bus connection, under
@@ -33,6 +36,7 @@ from ovos_utils.log import LOG
 
 from hivemind_chat_agent import compat
 from hivemind_chat_agent.core.limits import shown, shown_name
+from hivemind_chat_agent.core.loop_share import loop_pacing
 from hivemind_chat_agent.core.ovos_routes import (
     Outbound,
     OvosRoutes,
@@ -41,6 +45,7 @@ from hivemind_chat_agent.core.ovos_routes import (
     failure_replies,
 )
 from hivemind_chat_agent.core.protocol_names import UTTERANCE_TYPES
+from hivemind_chat_agent.core.skills_readiness import ANSWER_TYPE, NOT_READY_WHY, SkillsReadiness
 from hivemind_chat_agent.core.turns import EndReason
 from hivemind_chat_agent.errors import IdentifierTooLongError
 from hivemind_chat_agent.hub.agent_bus import AgentBus
@@ -53,11 +58,15 @@ from hivemind_chat_agent.hub.dialects import install_dialects, send_reply
 from hivemind_chat_agent.hub.ovos_bus import BusNotConnected, OvosBus
 from hivemind_chat_agent.hub.ovos_query import QUERY_ID_MARKERS, OvosQueries, query_session
 from hivemind_chat_agent.hub.ovos_settings import OvosModeSettings
+from hivemind_chat_agent.hub.refusal_log import warn_refusal
+from hivemind_chat_agent.hub.reply_loops import OwnLoop, ReplyLoop, loop_here
 from hivemind_chat_agent.hub.senders import identify, sender_of
 
 __all__ = ["OVOSModeProtocol", "SatelliteInbox"]
 
 CORE_NOTICE_PREFIX = "hive."
+LOOP_ATTRIBUTE = "_hivemind_chat_reply_loop"   # set on hivemind-core's connection object
+ANSWER_MARKERS = (f'"{ANSWER_TYPE}"'.encode(), f'"{ANSWER_TYPE}"')   # bytes, str frames
 LOST_WHY = "the hub lost its OVOS messagebus before the utterance was handled"
 
 
@@ -97,11 +106,13 @@ class OVOSModeProtocol(AgentProtocol):
         self.settings = OvosModeSettings.from_dict(self.config)
         self._table = threading.Condition()       # guards `routes`
         self.routes = OvosRoutes(self.settings.limits, now)
-        self.loop: Any = None         # hivemind-core's IO loop, seen at the first message
+        self.now = now
+        self.readiness = SkillsReadiness()      # ovos-core's skills, asked after each connect
+        self.own_loop = OwnLoop("hivemind-chat-ovos-replies")   # for loop-less transports
         self._secret: Optional[bytes] = None
         self._closing = False
         install_dialects()
-        compat.for_hub()
+        compat.for_hub(loop_pacing(self.config))
         self.ovos = bus_factory(self.settings.bus, self._from_ovos, self._bus_up,
                                 self._bus_down, retry=self.settings.bus_retry,
                                 max_retry=self.settings.bus_max_retry)
@@ -129,9 +140,6 @@ class OVOSModeProtocol(AgentProtocol):
     def _inbound(self, message: Message) -> None:
         """IO loop: a satellite's message (anything hivemind-core hands the agent) to the
         queues, or, for an utterance refused, its failure now."""
-        if self.loop is None:
-            from tornado.ioloop import IOLoop
-            self.loop = IOLoop.current()
         if message.msg_type.startswith(CORE_NOTICE_PREFIX):
             return     # hivemind-core's own notices (hive.client.connect ...): not OVOS's
         what = f"a {shown(message.msg_type)} message"
@@ -142,6 +150,7 @@ class OVOSModeProtocol(AgentProtocol):
             return
         if sender is None:
             return
+        self._note_loop(sender.client)
         satellite = Satellite(connection_token(sender.client), connection_client(sender.client),
                               sender.peer, sender.satellite_session["session_id"],
                               sender.session_id, sender.client)
@@ -155,14 +164,25 @@ class OVOSModeProtocol(AgentProtocol):
             self._refuse(Outbound(wire, satellite, message.msg_type in UTTERANCE_TYPES),
                          refusal)
 
+    def _note_loop(self, client) -> None:
+        """Transport thread: the loop this connection's frames will be written on, kept on
+        the connection object itself (it goes when the connection goes), set once: a
+        connection's messages all come in on its transport's thread."""
+        if getattr(client, LOOP_ATTRIBUTE, None) is None:
+            try:
+                setattr(client, LOOP_ATTRIBUTE, loop_here(self.own_loop))
+            except AttributeError:      # a connection type that takes no attributes
+                pass
+
     def _refuse(self, outbound: Outbound, refusal: Refusal) -> None:
         """An utterance refused or lost gets its failure (other messages: a log line)."""
         if not outbound.is_utterance:
             LOG.info(f"not forwarding {shown(outbound.message.get('type'))} from "
                      f"{shown_name(outbound.sender.peer)}: {refusal.why}")
             return
-        LOG.warning(f"answering {shown_name(outbound.sender.peer)} with a failure: "
-                    f"{refusal.why}")
+        warn_refusal("failure", outbound.sender.peer,
+                     f"answering {shown_name(outbound.sender.peer)} with a failure: "
+                     f"{refusal.why}")
         self._to_loop(outbound.sender.handle, outbound.sender.peer,
                       failure_replies(outbound, refusal))
 
@@ -173,9 +193,12 @@ class OVOSModeProtocol(AgentProtocol):
         peer, session = sender_of(message)    # answered under the Session as it came
         satellite = Satellite("", "", peer, str(session.get("session_id") or ""), "",
                               self.clients.get(peer))
+        if satellite.handle is not None:
+            self._note_loop(satellite.handle)
         wire = {"type": message.msg_type, "data": {},
                 "context": dict(message.context, session=session)}
-        LOG.warning(f"answering {shown_name(peer)} with a failure: {refusal.why}")
+        warn_refusal("failure", peer,
+                     f"answering {shown_name(peer)} with a failure: {refusal.why}")
         self._to_loop(satellite.handle, peer,
                       failure_replies(Outbound(wire, satellite, True), refusal))
 
@@ -186,17 +209,38 @@ class OVOSModeProtocol(AgentProtocol):
         with self._table:
             self.routes.closed(connection_token(client))
 
-    # ---- the sender thread: queues to the bus ----
+    # ---- the sender thread: queues to the bus, and the skills' readiness probes ----
+    def _next_work(self) -> Any:
+        """Sender thread: the next thing to write (a readiness probe as a dict, or an
+        Outbound), waiting for one; None once closing."""
+        with self._table:
+            while not self._closing:
+                now = self.now()
+                if self.readiness.overdue(now):
+                    LOG.warning(f"ovos-core's skills have not answered on {self.settings.bus} "
+                                f"for {self.readiness.warn_after:.0f} s; utterances are "
+                                "refused until they do (is ovos-core running? A bus with no "
+                                'ovos-core skill manager on it needs "wait_for_skills": '
+                                "false)")
+                probe = self.readiness.probe_due(now)
+                if probe is not None:
+                    return probe
+                if self.routes.bus_up and self.routes.has_outbound():
+                    return self.routes.next_outbound()
+                wait = self.readiness.seconds_to_next_probe(now)
+                self._table.wait(1.0 if wait is None else min(1.0, max(wait, 0.01)))
+        return None
+
     def _send_loop(self) -> None:
         while True:
-            with self._table:
-                while not self._closing and not (self.routes.bus_up and
-                                                 self.routes.has_outbound()):
-                    self._table.wait(1.0)
-                if self._closing:
-                    return
-                outbound = self.routes.next_outbound()
-            if outbound is None:       # has_outbound() said there was one: never None here
+            outbound = self._next_work()
+            if outbound is None:
+                return
+            if isinstance(outbound, dict):     # a probe: an unanswered one is sent again
+                try:
+                    self.ovos.send(json.dumps(outbound))
+                except BusNotConnected:
+                    pass
                 continue
             try:
                 self.ovos.send(json.dumps(outbound.message))
@@ -213,11 +257,32 @@ class OVOSModeProtocol(AgentProtocol):
     def _bus_up(self) -> None:
         LOG.info(f"connected to the OVOS messagebus at {self.settings.bus}")
         with self._table:
-            self.routes.bus_connected()
+            if self.settings.wait_for_skills:
+                self.readiness.bus_up(self.now())
+                self.routes.skills_not_ready(NOT_READY_WHY)
+            else:
+                self.routes.bus_connected()
             self._table.notify()
+
+    def _skills_answered(self, text) -> bool:
+        """Bus thread: whether `text` was the skills' answer to a readiness probe (then
+        utterances are taken from now on)."""
+        try:
+            message = json.loads(text)
+        except ValueError:
+            return False
+        with self._table:
+            ready = isinstance(message, dict) and self.readiness.answered(message)
+            if ready:
+                self.routes.bus_connected()
+                self._table.notify()
+        if ready:
+            LOG.info(f"ovos-core's skills are ready on {self.settings.bus}")
+        return ready
 
     def _bus_down(self) -> None:
         with self._table:
+            self.readiness.bus_down()
             lost = self.routes.bus_lost()
         for outbound in lost:
             self._refuse(outbound, Refusal(EndReason.BACKEND_UNAVAILABLE, LOST_WHY))
@@ -226,6 +291,9 @@ class OVOSModeProtocol(AgentProtocol):
         """Bus thread: a bus message to the satellites it names, handed to the IO loop. The
         frame comes as bytes (hub/ovos_bus.py skips websocket-client's UTF-8 pass; the JSON
         parser checks it anyway)."""
+        if self.readiness.probing and ANSWER_MARKERS[isinstance(text, str)] in text and \
+                self._skills_answered(text):
+            return
         marker = b'"destination"' if isinstance(text, bytes) else '"destination"'
         query = self.queries.pending() and QUERY_ID_MARKERS[isinstance(text, str)] in text
         if not query and marker not in text:
@@ -243,9 +311,13 @@ class OVOSModeProtocol(AgentProtocol):
 
     # ---- the IO loop writes ----
     def _to_loop(self, client, peer: str, messages: List[Dict[str, Any]]) -> None:
-        loop = self.loop
-        if loop is not None and client is not None:
-            loop.add_callback(self._write, client, peer, messages)
+        """Any thread: `messages` to be written to `client` on its loop (`_note_loop`); the
+        plugin's own loop for a connection that never sent (a refusal of an unnamed sender
+        found in the client table), which 5.x connections allow from any thread."""
+        if client is None:
+            return
+        loop: ReplyLoop = getattr(client, LOOP_ATTRIBUTE, None) or self.own_loop.get()
+        loop.add_callback(self._write, client, peer, messages)
 
     def _write(self, client, peer: str, messages: List[Dict[str, Any]]) -> None:
         """IO loop: write each message to the connection `client`, as the chat mode writes
@@ -289,4 +361,5 @@ class OVOSModeProtocol(AgentProtocol):
             self._closing = True
             self._table.notify_all()
         self.ovos.close()
+        self.own_loop.close()
 

@@ -50,6 +50,14 @@ def bus_url(value: Any) -> str:
     return url
 
 
+def wait_for_skills(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigurationError(f'{PLUGIN_NAME}: "wait_for_skills" must be true (utterances '
+                                 "are taken once ovos-core's skills answer on the bus) or "
+                                 f"false (at once), not {str(value)[:40]!r}")
+    return value
+
+
 @dataclass(frozen=True)
 class OvosModeSettings:
     bus: str = DEFAULT_BUS
@@ -60,6 +68,7 @@ class OvosModeSettings:
     query_timeout: float = 10.0   # a QUERY's answer ends this long after its last sentence
     max_queries: int = 8          # QUERY answers in progress at once (more are declined)
     max_query_chars: int = 4096   # a longer QUERY utterance is declined
+    wait_for_skills: bool = True  # utterances only once ovos-core's skills answer (is_ready)
 
     @classmethod
     def from_dict(cls, config: Dict[str, Any]) -> "OvosModeSettings":
@@ -83,7 +92,8 @@ class OvosModeSettings:
                            float(config.get("connect_wait", 5.0)),
                            float(config.get("query_timeout", 10.0)),
                            int(config.get("max_queries", 8)),
-                           int(config.get("max_query_chars", 4096)))
+                           int(config.get("max_query_chars", 4096)),
+                           wait_for_skills(config.get("wait_for_skills", True)))
         except (TypeError, ValueError) as e:
             raise ConfigurationError(f"invalid number in {PLUGIN_NAME} config: {e}") from None
         if min(limits.max_queued_per_client, limits.max_in_flight_per_session,

@@ -32,6 +32,7 @@ from hivemind_chat_agent import compat
 from hivemind_chat_agent.core.clock import Clock
 from hivemind_chat_agent.core.health import Verdict, readiness
 from hivemind_chat_agent.core.limits import id_refusal
+from hivemind_chat_agent.core.loop_share import loop_pacing
 from hivemind_chat_agent.core.protocol_names import SPEAK_TYPE, STOP_TYPES, UTTERANCE_TYPES
 from hivemind_chat_agent.core.replies import first_utterance
 from hivemind_chat_agent.core.satellites import client_fingerprint
@@ -130,7 +131,8 @@ class ChatAgentProtocol(AgentProtocol):
         self.satellites = SatelliteBook(self.settings, self.clock, self.store, self.asides,
                                         self.engine)
         install_dialects()
-        compat.for_hub()   # stock satellites pick JSON-B91, whose C codec leaks
+        # leak-free codecs (stock satellites pick JSON-B91), cheap LOG names, paced reads
+        compat.for_hub(loop_pacing(self.config))
         for msg_type in UTTERANCE_TYPES:
             self.bus.on(msg_type, self._on_utterance)
         for msg_type in STOP_TYPES:

@@ -18,6 +18,7 @@ from hivemind_chat_agent.core.limits import id_refusal, shown_name
 from hivemind_chat_agent.core.satellites import engine_session_id
 from hivemind_chat_agent.errors import IdentifierTooLongError
 from hivemind_chat_agent.hub.dialects import dialect_for
+from hivemind_chat_agent.hub.refusal_log import warn_refusal
 
 
 @dataclass(frozen=True)
@@ -49,14 +50,16 @@ def identify(clients: Mapping[str, Any], secret: Callable[[], bytes], message: M
         return None
     dialect = dialect_for(client)
     if dialect is None:
-        LOG.warning(f"refusing {what} from {shown_name(peer)}: its connection "
-                    f"({type(client).__name__}) is of no hivemind-core generation this "
-                    "plugin knows (4.x or 5.x); nothing is answered")
+        warn_refusal("unknown generation", peer,
+                     f"refusing {what} from {shown_name(peer)}: its connection "
+                     f"({type(client).__name__}) is of no hivemind-core generation this "
+                     "plugin knows (4.x or 5.x); nothing is answered")
         return None
     if not dialect.authenticated(client):
-        LOG.warning(f"refusing {what} from {shown_name(peer)}: it was not encrypted under "
-                    "the connection's key (the sender knows the access key, not the "
-                    "password); nothing is answered")
+        warn_refusal("unauthenticated", peer,
+                     f"refusing {what} from {shown_name(peer)}: it was not encrypted under "
+                     "the connection's key (the sender knows the access key, not the "
+                     "password); nothing is answered")
         return None
     sat_session = message.context.get("session")
     if not isinstance(sat_session, dict) or not isinstance(sat_session.get("session_id"),

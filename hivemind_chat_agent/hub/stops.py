@@ -17,6 +17,7 @@ from hivemind_chat_agent import background
 from hivemind_chat_agent.core.limits import shown, shown_name
 from hivemind_chat_agent.core.turns import EndReason
 from hivemind_chat_agent.errors import ConversationStoreError, IdentifierTooLongError
+from hivemind_chat_agent.hub.refusal_log import warn_refusal
 from hivemind_chat_agent.hub.senders import sender_of
 from hivemind_chat_agent.hub.settings import PLUGIN_NAME
 
@@ -27,7 +28,7 @@ def stop_turns(protocol, message: Message) -> None:
         sender = protocol.identify(message, "a stop")
     except (ConversationStoreError, IdentifierTooLongError) as e:
         peer, sat_session = sender_of(message)
-        LOG.warning(f"refusing a stop from {shown_name(peer)}: {e}")
+        warn_refusal("stop", peer, f"refusing a stop from {shown_name(peer)}: {e}")
         reason = EndReason.ID_TOO_LONG if isinstance(e, IdentifierTooLongError) \
             else EndReason.STORE_UNAVAILABLE
         respond(protocol, protocol.clients.get(peer), peer, message, sat_session,

@@ -1,0 +1,82 @@
+"""core/loop_share.LoopAllowance with a hand-moved clock, the settings, and compat.paced around a
+handler's on_message: a connection within its share is never paused, one over it has its next
+read put off until its debt is repaid, connections are charged apart."""
+import asyncio
+
+import pytest
+from fake_clock import FakeClock
+
+from hivemind_chat_agent import compat
+from hivemind_chat_agent.core.loop_share import MAX_PAUSE, LoopAllowance, loop_pacing
+from hivemind_chat_agent.errors import ConfigurationError
+
+
+def test_an_allowance_refills_at_its_share_up_to_its_burst():
+    clock = FakeClock()
+    allowance = LoopAllowance(share=0.25, burst=1.0, now=clock.now)
+    allowance.charge(0.5)
+    assert allowance.pause() == 0.0                  # within the burst
+    allowance.charge(1.0)
+    assert allowance.pause() == pytest.approx(2.0)   # 0.5 s of debt at 0.25 s a second
+    clock.advance(1.0)
+    assert allowance.pause() == pytest.approx(1.0)
+    clock.advance(1.0)
+    assert allowance.pause() == 0.0
+    clock.advance(100.0)
+    assert allowance.balance == pytest.approx(1.0)   # never more than the burst
+    allowance.charge(100.0)
+    assert allowance.pause() == MAX_PAUSE
+
+
+def test_the_settings_default_turn_off_and_refuse_nonsense():
+    assert loop_pacing({}) == (0.25, 1.0)
+    assert loop_pacing({"loop_share": 0.1, "loop_burst": 0.2}) == (0.1, 0.2)
+    assert loop_pacing({"loop_share": 0}) is None
+    for bad in ({"loop_share": 1.5}, {"loop_share": -1}, {"loop_share": "x"},
+                {"loop_burst": 0}):
+        with pytest.raises(ConfigurationError, match="loop_share"):
+            loop_pacing(bad)
+
+
+class Connection:
+    pass
+
+
+class Handler:
+    def __init__(self):
+        self.client = Connection()
+
+
+def test_paced_reads_put_off_only_the_connection_over_its_share():
+    clock = FakeClock()
+
+    def on_message(handler, message):
+        clock.advance(message)       # the frame's handling takes `message` seconds
+    wrapped = compat.paced(on_message, share=0.1, burst=0.05, clock=clock.now)
+    flooder, other = Handler(), Handler()
+    assert wrapped(other, 0.01) is None
+    assert wrapped(flooder, 0.04) is None            # within the burst
+    pause = wrapped(flooder, 0.04)    # 0.026 s in debt (0.004 refilled meanwhile): 0.26 s
+    assert asyncio.iscoroutine(pause)
+    assert pause.cr_frame.f_locals["delay"] == pytest.approx(0.26, abs=0.001)
+    pause.close()
+    assert wrapped(other, 0.01) is None               # charged apart
+    assert wrapped._hivemind_chat_paced
+
+
+def test_a_handler_that_awaits_by_itself_is_left_to_its_pace():
+    marker = object()
+    wrapped = compat.paced(lambda h, m: marker, share=0.1, burst=0.01)
+    assert wrapped(Handler(), "frame") is marker
+
+
+def test_writing_a_connections_replies_is_charged_to_it():
+    clock = FakeClock()
+    wrapped = compat.paced(lambda h, m: clock.advance(m), share=0.1, burst=0.05, clock=clock.now)
+    flooder = Handler()
+    assert wrapped(flooder, 0.001) is None
+    compat.charge_loop_time(flooder.client, 0.1)        # its answers took the loop 0.1 s
+    pause = wrapped(flooder, 0.001)
+    assert asyncio.iscoroutine(pause)
+    pause.close()
+    compat.charge_loop_time(Connection(), 1.0)           # one never paced: nothing to charge
