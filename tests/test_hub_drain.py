@@ -130,3 +130,19 @@ def test_a_drain_with_nothing_running_ends_at_once(hub, plugin):
         assert not plugin.serving
     finally:
         sat.close()
+
+
+def test_a_turn_still_running_at_drain_timeout_is_cut_and_the_drain_ends_on_time(hub, plugin):
+    protocol = plugin
+    protocol.drainer.plan.timeout = 1.0      # drain_timeout 1 s, against a 3 s answer
+    creds = hub.add_client(name="slow")
+    agent = HiveMindChatAgent(creds.agent_config(timeout=5))
+    try:
+        turn = agent.begin([{"role": "user", "content": "slow 3 1"}], session_id="long")
+        assert wait_until(lambda: len(protocol.open_turns) == 1, 5)
+        drained = protocol.drain()
+        assert drained.cut == 1 and drained.finished == 0
+        assert 1.0 <= drained.seconds < 2.0, drained
+        assert turn.status.value != "answered"       # cut: its connection was closed
+    finally:
+        agent.shutdown()
