@@ -160,7 +160,10 @@ class HubDrain:
             if client is None:
                 continue
             loop = getattr(client, _LOOP, None) or self._fallback_loop()
-            loop.add_callback(hang_up, client, CLOSE_CODE, CLOSE_REASON)
+            try:
+                loop.add_callback(hang_up, client, CLOSE_CODE, CLOSE_REASON)
+            except RuntimeError:     # its loop is closed: the transport is gone already
+                continue
             with self._tally:
                 self.closed += 1
                 if loop not in self._loops:
@@ -172,7 +175,10 @@ class HubDrain:
             loops = list(self._loops)
         for loop in loops:
             done = threading.Event()
-            loop.add_callback(done.set)
+            try:
+                loop.add_callback(done.set)
+            except RuntimeError:     # closed meanwhile
+                continue
             done.wait(HANG_UP_WAIT)
 
 
