@@ -65,6 +65,12 @@ class HubBusyError(HiveMindChatError):
     """The hub refused the turn: its queue for this client or session is full."""
 
 
+class HubDrainingError(HubBusyError):
+    """The hub is shutting down (a replica draining before a restart) and did not run the turn;
+    the client sends such a turn to another replica by itself, and raises this only when every
+    attempt found a draining one."""
+
+
 class HubEngineError(HiveMindChatError):
     """The hub's chat engine failed or went silent on this turn."""
 

@@ -16,6 +16,7 @@ any kind besides itself (a test waits for that to reach 0 instead of sleeping un
 must have ended).
 """
 import json
+import os
 import threading
 import time
 
@@ -151,3 +152,19 @@ def notes_in(sess):
                  for e in frame.entities if str(e.get("key", "")).startswith("Note")]
     return [value for _, value in sorted(found, key=lambda kv: int(kv[0][4:] or 0),
                                          reverse=True)]
+
+
+class RunLogEngine(ScriptEngine):
+    """ScriptEngine that appends `<pid> <utterance>` to the file `ran_log` (engine_config) as
+    it starts each answer: what ran where survives its replica's restart (tests/test_rolling_
+    restart.py counts each turn's runs from it, across processes)."""
+
+    def __init__(self, config=None):
+        super().__init__(config)
+        self.ran_log = (config or {}).get("ran_log") or os.devnull
+
+    def _answer(self, messages, session_id, lang, units):
+        with open(self.ran_log, "a") as f:      # one short append: whole lines, any process
+            f.write(f"{os.getpid()} {messages[-1].content}\n")
+        yield from super()._answer(messages, session_id, lang, units)
+

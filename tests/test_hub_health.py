@@ -62,8 +62,10 @@ def test_ready_only_when_store_engine_and_no_drain_allow_it():
     assert readiness(False, True, False).reason == "store_unavailable"
     assert readiness(True, False, False).reason == "engine_not_loaded"
     assert readiness(False, False, True).reason == "draining"     # the first reason
-    assert all(readiness(*s).status == 503 for s in
-               [(False, True, False), (True, False, False), (True, True, True)])
+    assert all(readiness(*s).status == 503 for s in [(False, True, False), (True, False, False)])
+    # draining is 404, what HAProxy's disable-on-404 takes as "no new connections, keep the
+    # open ones" (their turns are finishing); a 503 would cut them
+    assert readiness(True, True, True).status == readiness(False, False, True).status == 404
     assert readiness(False, True, False).body()["ready"] is False
 
 

@@ -315,7 +315,7 @@ def test_debts_are_bounded_when_a_hub_never_sends_handled():
 
 @pytest.mark.parametrize("reason, error", [
     ("busy", "HubBusyError"), ("engine_error", "HubEngineError"), ("timeout", "HubEngineError"),
-    ("store_unavailable", "ConversationStoreError")])
+    ("store_unavailable", "ConversationStoreError"), ("draining", "HubDrainingError")])
 def test_a_hubs_failure_reason_becomes_its_typed_error(reason, error):
     from hivemind_chat_agent.core.outcomes import TurnStatus, judge
     from hivemind_chat_agent.core.turns import Ended, EndReason, Progress
@@ -331,7 +331,7 @@ class OneConnection:
 
     def __init__(self, conn, clock):
         from hivemind_chat_agent.client.churn_gate import ChurnGate
-        self.conn, self.leases, self.discarded = conn, 0, []
+        self.conn, self.leases, self.discarded, self.drained = conn, 0, [], []
         self.gate = ChurnGate(0, stagger=0, clock=clock)
 
     def acquire(self, session, abandonment=None):
@@ -343,6 +343,9 @@ class OneConnection:
 
     def discard(self, session_id):
         self.discarded.append(session_id)
+
+    def hub_draining(self, conn):
+        self.drained.append(conn)
 
 
 class Host:
@@ -391,3 +394,50 @@ def test_a_turn_nobody_reads_still_ends_at_its_deadline_and_frees_its_session(tm
     assert not conn.turns.is_open("mine")
     say(conn, "too late", tag)               # the hub's late words reach nobody
     assert turn.sentences == ["still thinking"]
+
+
+def test_a_turn_a_draining_replica_refused_is_sent_again_at_once_and_answered(tmp_path):
+    """`complete_intent_failure` with reason "draining" means the turn never ran: the driver
+    sends it again by the same id on a new lease (hub_keeps_turns or not), first at once,
+    then after DRAINING_PAUSE, 2 x DRAINING_PAUSE ...; the caller sees only the answer."""
+    import threading
+    from types import SimpleNamespace
+
+    from fake_clock import FakeClock
+    from hivemind_bus_client.message import HiveMessage, HiveMessageType
+    from ovos_bus_client.message import Message
+    from ovos_bus_client.session import Session
+    from test_connection_routing import ready_connection, say
+
+    from hivemind_chat_agent.client.chat_turn import ChatTurn
+    from hivemind_chat_agent.client.turn_driver import DRAINING_PAUSE, TurnDriver
+    from hivemind_chat_agent.core.outcomes import TurnStatus
+    from hivemind_chat_agent.core.protocol_names import TURN_TAG_KEY
+    clock = FakeClock()
+    conn = ready_connection(tmp_path, clock=clock)
+    pool = OneConnection(conn, clock)
+    host = Host(pool, conn.config)
+    session_lock = SimpleNamespace(lock=threading.Lock())
+    session_lock.lock.acquire()
+    driver = TurnDriver(host, "mine", session_lock)
+    turn = driver.turn = ChatTurn("mine", "hello", "en-US")
+    driver.send(Session("mine"), "hello")
+    tag = driver.handle.turn.tag
+
+    def bus(msg_type, data):
+        conn.on_socket_message(HiveMessage(HiveMessageType.BUS, payload=Message(
+            msg_type, data, {"session": {"session_id": "mine"}, TURN_TAG_KEY: tag})))
+
+    def refuse():
+        bus("complete_intent_failure", {"reason": "draining", "message": "restarting"})
+        bus("ovos.utterance.handled", {"turn_records": True})
+    clock.call_later(1, refuse)                          # the first attempt
+    clock.call_later(2, refuse)                          # the first resend, sent at 1
+    clock.call_later(3 + DRAINING_PAUSE, lambda: (say(conn, "hi there", tag),   # the second
+                                                 bus("ovos.utterance.handled", {})))
+    driver.adopt()
+    driver.run()
+    assert turn.status is TurnStatus.ANSWERED and turn.sentences == ["hi there"]
+    assert pool.discarded == ["mine", "mine"] and pool.leases == 0
+    assert pool.drained == [conn, conn]       # a `host` list tries another hub next
+    assert not session_lock.lock.locked()

@@ -185,6 +185,12 @@ class ConnectionPool:
             else:
                 pins.pop(session_id, None)
 
+    def hub_draining(self, conn: HubConnection) -> None:
+        """`conn`'s hub refused a turn because it is shutting down: the next connection goes
+        to another hub of a `host` list (behind a load balancer, the balancer picks)."""
+        with self._lock:
+            self._connector.draining(conn.config)
+
     def discard(self, session_id: str) -> None:
         """Drop a connection whose stream can no longer be trusted (lost, timed out, abandoned);
         a shared one closes once the other sessions' turns on it have ended."""

@@ -175,6 +175,14 @@ class Connector:
             return conn
         raise AssertionError("unreachable")
 
+    def draining(self, config: ClientConfig) -> None:
+        """The hub at `config`'s address is draining (it refused a turn, shutting down): with
+        several hubs in `host`, new connections try the next one first."""
+        hubs = self.config.hubs
+        where = (config.host, config.secure, config.port)
+        if len(hubs) > 1 and hubs[self._preferred] == where:
+            self._preferred = (self._preferred + 1) % len(hubs)
+
     def _open_at(self, config: ClientConfig, session: Optional[Session],
                  abandonment: Optional[Abandonment]) -> HubConnection:
         try:

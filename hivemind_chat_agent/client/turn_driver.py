@@ -29,6 +29,9 @@ from hivemind_chat_agent.core.outcomes import Outcome, TurnStatus, judge
 from hivemind_chat_agent.core.turns import Ended, EndReason
 from hivemind_chat_agent.errors import HiveMindChatError
 
+DRAINING_RESENDS = 4     # attempts after the first refused by a draining replica
+DRAINING_PAUSE = 0.4     # seconds more before each of them (0, 0.4, 0.8, 1.2: 2.4 s in all)
+
 
 class DriverHost(Protocol):
     """What a turn needs of the agent it runs for (client/agent.HiveMindChatAgent)."""
@@ -61,6 +64,7 @@ class TurnDriver:
         # what a retry sends again: the turn id (our tag) names the turn on the hub
         self._resend: Optional[Tuple[Session, str, str]] = None
         self._retried = False
+        self._drained = 0            # attempts a draining replica refused
         self._last_end: Optional[Ended] = None
 
     def send(self, session: Session, utterance: str,
@@ -86,7 +90,7 @@ class TurnDriver:
         outcome: Optional[Outcome] = None
         try:
             outcome = self._drive()
-            if self._may_retry(outcome) and self._retry():
+            while self._may_retry(outcome) and self._retry():
                 outcome = self._drive()
         except Exception as e:   # ours, never the hub's: still end the turn and free it
             LOG.exception("a turn's driver failed")
@@ -114,12 +118,17 @@ class TurnDriver:
         """Once, for a turn whose connection was lost before its end, on a hub that keeps
         turn records (it answers the repeated id from its record, or waits for the replica
         running it, so the turn never runs twice); never on an OVOS hub, whose skills may
-        have acted already."""
+        have acted already. And up to DRAINING_RESENDS times for a turn a draining replica
+        refused (it says the turn never ran, so sending it again runs it once, anywhere)."""
         end = self._last_end
-        return (outcome is not None and outcome.status is TurnStatus.LOST and outcome.lost
-                and end is not None and end.kind is EndReason.NONE and not self._retried
-                and not self._terminated and not self.agent.closed
-                and self.agent.hub_keeps_turns and self._resend is not None)
+        if (outcome is None or end is None or self._terminated or self.agent.closed
+                or self._resend is None):
+            return False
+        if outcome.status is TurnStatus.FAILED and end.kind is EndReason.DRAINING:
+            return self._drained < DRAINING_RESENDS
+        return (outcome.status is TurnStatus.LOST and outcome.lost
+                and end.kind is EndReason.NONE and not self._retried
+                and self.agent.hub_keeps_turns)
 
     def _retry(self) -> bool:
         """Send the turn again, same id, on a new connection; False (the loss stands) when no
@@ -127,7 +136,15 @@ class TurnDriver:
         (agent, turn), (old, handle) = (self.agent, self._chat_turn()), self._attempt()
         if self._resend is None:      # _may_retry() made sure it is not
             return False
-        self._retried = True
+        drained = self._last_end is not None and self._last_end.kind is EndReason.DRAINING
+        if drained:
+            # the load balancer may not have noticed the drain yet (it checks every second)
+            # and send the new connection to the same replica: later attempts wait a little
+            old.turns.clock.sleep(DRAINING_PAUSE * self._drained)
+            self._drained += 1
+            agent.pool.hub_draining(old)
+        else:
+            self._retried = True
         old.finish_turn(handle)
         agent.pool.release(old)
         agent.pool.discard(self.session_id)
@@ -146,7 +163,8 @@ class TurnDriver:
                 agent.pool.release(self.conn)
                 self.conn = None
             return False
-        LOG.info("the connection was lost mid-turn; the turn was sent again by its id")
+        LOG.info("the hub is draining and did not run the turn; it was sent again" if drained
+                 else "the connection was lost mid-turn; the turn was sent again by its id")
         return True
 
     def adopt(self, thread: Optional[threading.Thread] = None) -> None:

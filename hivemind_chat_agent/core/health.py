@@ -7,7 +7,10 @@ hub is ready, and which requests the endpoint answers at all.
   added later falls into "failed" rather than into a label nobody queries.
 - `readiness`: 200 only while the store answers, the engine is loaded and the hub is not
   draining; otherwise 503 and the first reason, so a load balancer (HAProxy's `option
-  httpchk`) sends no new satellite to a replica that could not serve it.
+  httpchk`) sends no new satellite to a replica that could not serve it. A draining hub says
+  404 instead (still not ready for any prober): HAProxy's `http-check disable-on-404` then
+  sends it no new connection but keeps the open ones, whose turns are finishing, where a 503
+  takes a replica down and `on-marked-down shutdown-sessions` cuts them (config/haproxy.cfg).
 - `refusal`: the health port is a front like the others, closed by default (docs/security.md):
   only GET of PATHS; on a loopback bind the Host must be a loopback name (a web page whose
   name was rebound to 127.0.0.1 sends its own name: 421); a browser's Origin other than a
@@ -25,6 +28,7 @@ ANSWERED, ASKED, NOT_UNDERSTOOD, FAILED = "answered", "asked", "not_understood",
 TIMED_OUT, STOPPED, REPLAYED = "timed_out", "stopped", "replayed"
 OUTCOMES = (ANSWERED, ASKED, NOT_UNDERSTOOD, FAILED, TIMED_OUT, STOPPED, REPLAYED)
 
+DRAINING_STATUS = 404
 HEALTHZ, READYZ, METRICS = "/healthz", "/readyz", "/metrics"
 PATHS = (HEALTHZ, READYZ, METRICS)
 
@@ -67,9 +71,10 @@ def readiness(store_answers: bool, engine_loaded: bool, draining: bool) -> Verdi
     """`/readyz`: ready only when all three allow it; the reason is the first that does not,
     in the order an operator acts on it (a drain is on purpose, the engine is this process's,
     the store is shared)."""
-    if draining:
-        return Verdict(503, "draining", "the hub is shutting down: its turns are finishing "
-                                        "and new satellites go to another replica")
+    if draining:     # 404: HAProxy's `http-check disable-on-404` reads it as "drain"
+        return Verdict(DRAINING_STATUS, "draining", "the hub is shutting down: its turns are "
+                                                    "finishing and new satellites go to "
+                                                    "another replica")
     if not engine_loaded:
         return Verdict(503, "engine_not_loaded", "the chat engine is not loaded")
     if not store_answers:

@@ -14,6 +14,7 @@ from hivemind_chat_agent.errors import (
     HiveMindChatError,
     HubBackendUnavailableError,
     HubBusyError,
+    HubDrainingError,
     HubEngineError,
     IdentifierTooLongError,
     ReplyTooLargeError,
@@ -62,6 +63,10 @@ def judge(event: Ended, *, spoke: bool, refusal: Optional[HiveMindChatError],
         if kind is EndReason.BUSY:
             return Outcome(TurnStatus.FAILED, HubBusyError(
                 f"the hub is busy ({reason}); try again in a moment"), in_step=False)
+        if kind is EndReason.DRAINING:
+            return Outcome(TurnStatus.FAILED, HubDrainingError(
+                f"the hub is shutting down and did not run the turn ({reason}); try again in a "
+                "moment"), in_step=False, reason=reason)
         if kind is EndReason.STORE_UNAVAILABLE:
             return Outcome(TurnStatus.FAILED, ConversationStoreError(
                 f"the hub could not reach its conversation store, so the turn was not run "

@@ -49,6 +49,7 @@ class EndReason(str, Enum):
     ID_TOO_LONG = "id_too_long"      # a session or turn id over core/limits.MAX_ID_BYTES
                                      # (or not UTF-8: a lone surrogate)
     BACKEND_UNAVAILABLE = "backend_unavailable"   # OVOS mode: its messagebus is unreachable
+    DRAINING = "draining"            # it is shutting down: the turn never ran (send it elsewhere)
     # the client sees these (a LOST turn)
     TOO_LARGE = "too_large"          # a frame over max_frame_bytes: the connection is closed
     TAMPERED = "tampered"            # a frame failed authentication: the connection is closed

@@ -2,6 +2,7 @@
 5.x): a token that, unlike the peer name core files it under, never changes (a HELLO renames a
 connection), whose client it is for fairness, and whether core has reported it gone. Replies
 are addressed to the object, so a rename never loses them and a closed one gets nothing."""
+import inspect
 import uuid
 
 _TOKEN = "_hivemind_chat_connection"
@@ -42,3 +43,22 @@ def connection_token(client) -> str:
         token = uuid.uuid4().hex
         setattr(client, _TOKEN, token)
     return token
+
+
+def hang_up(client, code: int = 1001, reason: str = "") -> None:
+    """IO loop: close `client`'s connection, with a close code where the transport takes one
+    (5.x: `disconnect(code, reason)`; 4.0's websocket: `disconnect()`). A connection already
+    reported gone is left alone."""
+    if connection_closed(client):
+        return
+    disconnect = getattr(client, "disconnect", None)
+    if not callable(disconnect):
+        return
+    try:
+        inspect.signature(disconnect).bind(code, reason)
+    except TypeError:
+        disconnect()
+        return
+    except ValueError:     # no signature to read (a builtin): try the coded call
+        pass
+    disconnect(code, reason)

@@ -42,6 +42,9 @@ TOLD_WAIT = 1.0   # seconds a worker waits for the IO loop to write a turn's end
                   # writes a queued reply within milliseconds; not at all only once stopped
 
 _ROLES = {"user": MessageRole.USER, "assistant": MessageRole.ASSISTANT}
+# ends that leave nothing in the store: it did not answer, or the turn never ran here (a
+# draining replica refused it; another one runs it)
+_NOT_KEPT = (EndReason.STORE_UNAVAILABLE.value, EndReason.DRAINING.value)
 
 
 def agent_messages(history: List[Exchange], utterance: str) -> List[AgentMessage]:
@@ -193,7 +196,7 @@ class HubTurn:
             warn_refusal("failure", self.peer,
                          f"answering {shown_name(self.peer)} with a failure: {why}")
         # a replayed turn is kept already; one the store did not answer is not tried again
-        if not self.replayed and outcome != EndReason.STORE_UNAVAILABLE.value:
+        if not self.replayed and outcome not in _NOT_KEPT:
             self._after_told(lambda: self.protocol.keep_exchange(self._ended(outcome)))
         return True
 
@@ -241,9 +244,10 @@ class HubTurn:
 class OpenTurns:
     """Turns queued or running, by engine session: what a satellite's stop applies to."""
 
-    def __init__(self):
+    def __init__(self, on_removed: Callable[[HubTurn], None] = lambda turn: None):
         self._lock = Lock()
         self._turns: Dict[str, List[HubTurn]] = {}
+        self._on_removed = on_removed     # after each turn that was open is removed
 
     def add(self, turn: HubTurn) -> None:
         with self._lock:
@@ -252,10 +256,12 @@ class OpenTurns:
     def remove(self, turn: HubTurn) -> None:
         with self._lock:
             turns = self._turns.get(turn.session_id)
-            if turns and turn in turns:
-                turns.remove(turn)
-                if not turns:
-                    del self._turns[turn.session_id]
+            if not turns or turn not in turns:
+                return
+            turns.remove(turn)
+            if not turns:
+                del self._turns[turn.session_id]
+        self._on_removed(turn)
 
     def of(self, session_id: str, client: Any) -> List[HubTurn]:
         """That session's open turns, if that connection asked them (a stop never reaches

@@ -25,6 +25,7 @@ from typing import Any, Dict, Iterator, Optional
 from hivemind_plugin_manager.protocols import AgentProtocol, ClientCallbacks
 from ovos_bus_client.message import Message
 from ovos_plugin_manager.templates.agents import ChatEngine
+from ovos_utils.log import LOG
 from ovos_utils.xdg_utils import xdg_data_home
 
 from hivemind_chat_agent import compat
@@ -32,7 +33,7 @@ from hivemind_chat_agent.core.clock import Clock
 from hivemind_chat_agent.core.health import Verdict, readiness
 from hivemind_chat_agent.core.limits import id_refusal
 from hivemind_chat_agent.core.loop_share import loop_pacing
-from hivemind_chat_agent.core.protocol_names import STOP_TYPES, UTTERANCE_TYPES
+from hivemind_chat_agent.core.protocol_names import SPEAK_TYPE, STOP_TYPES, UTTERANCE_TYPES
 from hivemind_chat_agent.core.replies import first_utterance
 from hivemind_chat_agent.core.satellites import client_fingerprint
 from hivemind_chat_agent.core.turns import EndReason
@@ -45,6 +46,7 @@ from hivemind_chat_agent.hub.agent_bus import AgentBus
 from hivemind_chat_agent.hub.asides import Asides
 from hivemind_chat_agent.hub.connections import close_connection, connection_client
 from hivemind_chat_agent.hub.dialects import install_dialects, send_reply
+from hivemind_chat_agent.hub.draining import DrainReport, HubDrain, drain_at_exit
 from hivemind_chat_agent.hub.exchanges import EndedExchange, keep_exchange
 from hivemind_chat_agent.hub.health_server import HealthServer
 from hivemind_chat_agent.hub.hub_turn import HubTurn, OpenTurns
@@ -68,6 +70,10 @@ from hivemind_chat_agent.hub.turn_runner import run_turn
 
 __all__ = ["ChatAgentProtocol", "HubSettings", "PLUGIN_NAME", "load_engine"]
 
+DRAINING_WHY = ("this hub is shutting down and did not run the turn; send it to another hub "
+                "(our client does so by itself)")
+DRAINING_SPEECH = "This hub is restarting. Please ask again in a moment."
+
 
 class ChatAgentProtocol(AgentProtocol):
     """hivemind-core agent protocol plugin `hivemind-chat-agent-plugin` in chat mode."""
@@ -76,12 +82,16 @@ class ChatAgentProtocol(AgentProtocol):
                  callbacks: Optional[ClientCallbacks] = None, engine: Optional[ChatEngine] = None,
                  clock: Optional[Clock] = None):
         callbacks = dataclasses.replace(callbacks or ClientCallbacks())   # not the caller's
-        core_on_disconnect = callbacks.on_disconnect
+        core_on_connect, core_on_disconnect = callbacks.on_connect, callbacks.on_disconnect
+
+        def on_connect(client: Any) -> None:
+            self.drainer.connected(client, loop_here(self.own_loop))
+            core_on_connect(client)
 
         def on_disconnect(client: Any) -> None:
             self._on_connection_closed(client)
             core_on_disconnect(client)
-        callbacks.on_disconnect = on_disconnect
+        callbacks.on_connect, callbacks.on_disconnect = on_connect, on_disconnect
         super().__init__(config=dict(config or {}), bus=bus or AgentBus(),
                          hm_protocol=hm_protocol, callbacks=callbacks)
         if engine is not None:
@@ -96,7 +106,10 @@ class ChatAgentProtocol(AgentProtocol):
             self.settings.workers, self.settings.max_queue, self.settings.max_queue_per_session,
             max_pending_per_group=self.settings.max_queue_per_client,
             workers_per_group=self.settings.workers_per_client)
-        self.open_turns = OpenTurns()
+        # SIGTERM: hub/draining.py; the turns it waits for are the open ones
+        self.drainer = HubDrain(self.settings.drain_timeout, lambda: self.clients.values(),
+                                lambda: self.own_loop)
+        self.open_turns = OpenTurns(on_removed=lambda turn: self.drainer.turn_ended(turn.client))
         self._draining = threading.Event()
         self._serving = True
         self.metrics: NoMetrics = NO_METRICS
@@ -127,6 +140,7 @@ class ChatAgentProtocol(AgentProtocol):
         # no "hive.client.disconnect" handler: 4.0 and 5.x both call callbacks.on_disconnect
         # with the connection object first, and that names every session it used
         self.health: Optional[HealthServer] = self._start_health()
+        drain_at_exit(self)
 
     # ---- health (hub/health_server.py, docs/metrics.md) ----
     def _start_health(self) -> Optional[HealthServer]:
@@ -157,10 +171,28 @@ class ChatAgentProtocol(AgentProtocol):
         return self._draining.is_set()
 
     def begin_draining(self) -> None:
-        """From now on `/readyz` says 503 "draining", so the load balancer sends new
-        satellites elsewhere (issue 27's SIGTERM handling builds on this). Turns already
-        here are served as before."""
+        """From now on `/readyz` says "draining" (404, docs/metrics.md), so the load balancer
+        sends new satellites elsewhere. Turns already here are served as before; `drain()`
+        does the rest."""
         self._draining.set()
+
+    @property
+    def serving(self) -> bool:
+        """Not shut down yet."""
+        return self._serving
+
+    def drain(self) -> DrainReport:
+        """Drain, then shut down (hub/draining.py: hivemind-core's SIGTERM ends here, on its
+        main thread, before the process exits): not ready at once, idle satellites closed,
+        turns arriving refused, the running ones finished (up to `drain_timeout`)."""
+        LOG.info(f"draining: {len(self.open_turns)} turns running, up to "
+                 f"{self.settings.drain_timeout:g} s")
+        report = self.drainer.run(self.begin_draining)
+        LOG.info(f"drained in {report.seconds:.2f} s: {report.finished} turns finished, "
+                 f"{report.cut} cut at drain_timeout, {report.refused} refused, "
+                 f"{report.closed} connections closed")
+        self.shutdown()
+        return report
 
     # ---- IO loop thread: keep it short ----
     def identify(self, message: Message, what: str) -> Optional[Sender]:
@@ -205,6 +237,9 @@ class ChatAgentProtocol(AgentProtocol):
         if not turn.utterance.strip():   # still a turn: it gets its end, never silence
             turn.finish(failed=True, why="the utterance has no text", reason=EndReason.NO_TEXT)
             return
+        if not self.drainer.admit(turn.client):
+            self._refuse_draining(turn)
+            return
         def job() -> None:
             run_turn(self, turn)
         turn.job = job
@@ -215,6 +250,19 @@ class ChatAgentProtocol(AgentProtocol):
             turn.finish(failed=True, why=f"hub busy ({e})", reason=EndReason.BUSY)
             return
         self._watch(turn)
+
+    def _refuse_draining(self, turn: HubTurn) -> None:
+        """IO loop: a turn that reached a draining replica is not run: it ends at once with
+        the `draining` refusal, which our client sends to another replica (the turn id in its
+        context says it is ours). A stock satellite, whose utterance carries no turn id and
+        which would only hear "not understood", is told aloud first; its connection is then
+        closed (it was idle) and it reconnects, elsewhere."""
+        if not turn.turn_id:
+            self.deliver(turn, turn.reply(SPEAK_TYPE, {
+                "utterance": DRAINING_SPEECH, "expect_response": False, "lang": turn.lang,
+                "meta": {"skill": PLUGIN_NAME}}))
+        turn.finish(failed=True, why=DRAINING_WHY, reason=EndReason.DRAINING)
+        self.drainer.refused()
 
     def _fail_unnamed(self, message: Message, why: str, reason: EndReason) -> None:
         """IO loop: an utterance whose engine session cannot be named (the store holding the
@@ -245,6 +293,7 @@ class ChatAgentProtocol(AgentProtocol):
         (hub/connections.close_connection)."""
         close_connection(self.clients, client)   # {} before hivemind-core binds the plugin
         self.satellites.closed(client)
+        self.drainer.disconnected(client)
 
     def deliver(self, turn: HubTurn, reply: Message) -> None:
         """Hand a reply to the IO loop (the only thread that may write to a socket)."""

@@ -29,6 +29,7 @@ class HubSettings:
     conversation_store: str = "memory"   # or "redis://HOST:PORT/DB", shared by replicas
     health: str = ""             # "HOST:PORT" of /healthz, /readyz, /metrics; "" off
     health_allow_from: Tuple[str, ...] = ()   # networks that may reach a non-loopback health
+    drain_timeout: float = 20.0  # on SIGTERM: seconds the running turns get to finish
 
     @classmethod
     def from_dict(cls, config: Dict[str, Any]) -> "HubSettings":
@@ -56,7 +57,8 @@ class HubSettings:
                            history_bytes=int(config.get("history_bytes", 32768)),
                            conversation_store=str(config.get("conversation_store") or "memory"),
                            health=str(config.get("health") or ""),
-                           health_allow_from=_strings(config.get("health_allow_from")))
+                           health_allow_from=_strings(config.get("health_allow_from")),
+                           drain_timeout=float(config.get("drain_timeout", 20)))
         except (TypeError, ValueError) as e:
             raise ConfigurationError(f"invalid number in {PLUGIN_NAME} config: {e}") from None
         if settings.timeout <= 0 or settings.workers < 1 or settings.max_queue < 1 \
@@ -64,10 +66,11 @@ class HubSettings:
                 or settings.workers_per_client < 1 or settings.max_queue_per_client < 1 \
                 or settings.max_sessions_per_client < 1 or settings.history_turns < 0 \
                 or settings.max_turn_records_per_client < 1 \
-                or settings.history_bytes < 256:
+                or settings.history_bytes < 256 or not settings.drain_timeout >= 0:
             raise ConfigurationError(f"{PLUGIN_NAME}: timeout and session_ttl must be > 0, "
                                      "workers, max_queue and the per-session and per-client "
-                                     "bounds >= 1, history_turns >= 0, history_bytes >= 256")
+                                     "bounds >= 1, history_turns and drain_timeout >= 0, "
+                                     "history_bytes >= 256")
         if settings.health:
             settings.health_allow()     # refused now, at hub start-up, if it is not closed
         return settings
