@@ -305,7 +305,9 @@ class StopOnHangUp:
 def guarded_app(agent, guard, url: str, limits: http_front.Limits = http_front.Limits(),
                 book: Optional[TaskBook] = None):
     card = agent_card(url, bool(guard.keys))
-    executor = HubExecutor(agent, book or TaskBook())
+    # not `book or`: a TaskBook is as long as the tasks it holds, so a new one is falsy
+    # (--max-tasks was replaced by the default 1000 so)
+    executor = HubExecutor(agent, book if book is not None else TaskBook())
     app = StopOnHangUp(create_app(build_handler(executor, card), card), executor)
     return http_front.GuardedApp(app, guard, jsonrpc_error, turn_paths=(RPC_PATH,),
                                  max_body=limits.max_body,
