@@ -1,5 +1,5 @@
 """`hivemind-chat a2a`'s JSON-RPC methods as a client sends them, without a hub: the real app
-(bridges/a2a_server.guarded_app) on loopback with tests/test_a2a_front_security.py's agent
+(bridges/a2a_http.guarded_app) on loopback with tests/test_a2a_front_security.py's agent
 (a HeldTurn speaks "held" until stopped, "say WORDS" says WORDS and ends): both generations
 of method names (A2A 1.0 `SendMessage`, `SendStreamingMessage`, `GetTask`, `CancelTask`;
 0.3 `message/send`, `message/stream`, `tasks/get`, `tasks/cancel`), the bounded task store

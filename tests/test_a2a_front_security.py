@@ -1,5 +1,5 @@
 """`hivemind-chat a2a`'s HTTP edge tried as an attacker would, as tests/test_front_security.py
-tries the OpenAI front: the real app (bridges/a2a_server.guarded_app, the a2a-sdk's routes)
+tries the OpenAI front: the real app (bridges/a2a_http.guarded_app, the a2a-sdk's routes)
 served by bridges/http_front.serve on loopback, raw sockets where a client library would not
 send what an attacker does. No hub: the agent behind it speaks only when the test says
 (`HeldAgent`), so nothing here depends on how fast the machine is; the real-hub run is
@@ -17,7 +17,7 @@ import pytest
 from fronts import until
 from hubs import free_port, wait_listening
 
-from hivemind_chat_agent.bridges import a2a_server, http_front
+from hivemind_chat_agent.bridges import a2a_http, a2a_server, http_front
 from hivemind_chat_agent.core.front_guard import FrontGuard, Keys
 from hivemind_chat_agent.core.outcomes import TurnStatus
 
@@ -78,12 +78,13 @@ class HeldAgent:
 
 
 @contextlib.contextmanager
-def served(keys=(), limits=http_front.Limits(), book=None):
+def served(keys=(), limits=http_front.Limits(), book=None, turns_per_caller=64):
     """The A2A app behind its guard on a free loopback port, in a thread of its own; yields
     (port, agent). `book`: the TaskBook behind its task store."""
     agent, port = HeldAgent(), free_port()
-    guard = FrontGuard("127.0.0.1", Keys(keys), what="A2A server")
-    app = a2a_server.guarded_app(agent, guard, f"http://127.0.0.1:{port}/", limits, book)
+    guard = FrontGuard("127.0.0.1", Keys(keys), what="A2A server",
+                       turns_per_caller=turns_per_caller)
+    app = a2a_http.guarded_app(agent, guard, f"http://127.0.0.1:{port}/", limits, book)
     loop, stopping = asyncio.new_event_loop(), asyncio.Event()
     thread = threading.Thread(target=loop.run_until_complete, daemon=True, args=(
         http_front.serve(app, "127.0.0.1", port, limits, stopping=stopping),))
@@ -225,6 +226,23 @@ def _card_served(conn) -> bool:
     except OSError:
         conn.close()
         return False
+
+
+def test_a_caller_who_hangs_up_on_a_plain_send_stops_its_turn_and_frees_its_place_at_once():
+    """`message/send` waits for the whole task: a caller that gives up on it is gone, its turn
+    stopped and its place (one per caller here) free at once. The SDK's handler, cancelled,
+    waited for the task to end first: the turn went on to its end, the place held so long."""
+    with served(turns_per_caller=1) as (port, agent):
+        raw = json.dumps(send_message("talk")).encode()
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.sendall(b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+                         b"application/json\r\nContent-Length: " + str(len(raw)).encode()
+                         + b"\r\n\r\n" + raw)
+            until(lambda: agent.turns, 5, "the turn begun")
+            assert post(port, send_message("say busy"))[0] == 429     # the one place held
+        until(lambda: agent.turns[0].terminated.is_set(), 5,
+              "the turn stopped when its caller hung up")
+        until(lambda: post(port, send_message("say next"))[0] == 200, 5, "the place free")
 
 
 def test_a_caller_who_hangs_up_mid_stream_stops_its_turn():
