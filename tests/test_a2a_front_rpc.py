@@ -6,6 +6,7 @@ of method names (A2A 1.0 `SendMessage`, `SendStreamingMessage`, `GetTask`, `Canc
 as the SDK's handler uses it, and each key's tasks its own."""
 import http.client
 import json
+import os
 import uuid
 
 from test_a2a_front_security import post, served
@@ -131,3 +132,13 @@ def test_a_key_s_tasks_are_its_own():
             "message": {**message("0.3", "message/send", "x")["params"]["message"],
                         "taskId": task["id"], "contextId": task["contextId"]}}}, b)[1]
         assert "error" in reply
+
+
+def test_the_sdk_s_tracing_is_off_unless_asked_for(monkeypatch):
+    from hivemind_chat_agent.bridges.a2a_http import SDK_TRACING, quiet_sdk_tracing
+    monkeypatch.delenv(SDK_TRACING, raising=False)
+    quiet_sdk_tracing()
+    assert os.environ[SDK_TRACING] == "false"
+    monkeypatch.setenv(SDK_TRACING, "true")
+    quiet_sdk_tracing()
+    assert os.environ[SDK_TRACING] == "true"

@@ -156,10 +156,25 @@ def public_host(public_url: str) -> str:
     return host
 
 
+# the a2a-sdk's switch for its OpenTelemetry spans (read once, when a2a.utils.telemetry loads)
+SDK_TRACING = "OTEL_INSTRUMENTATION_A2A_SDK_ENABLED"
+
+
+def quiet_sdk_tracing() -> None:
+    """The SDK's tracing off unless SDK_TRACING is set: with opentelemetry installed (the MCP
+    SDK and google-api-core bring it) it wraps every call of a request in a span, about 100
+    a message, which cost 1.3-2.6 ms of CPU a message with no tracer configured
+    (benchmarks/bench_a2a.py's first sentence may take 5 ms more than the agent's own).
+    SDK_TRACING=true brings the spans back."""
+    import os
+    os.environ.setdefault(SDK_TRACING, "false")
+
+
 def serve_from_cli(args, out, config: Dict[str, Any]) -> int:
     """`hivemind-chat a2a` in bridges/serving's shell: refused before the hub is dialled when
     the address or the keys do not do; a stop signal drains the requests in flight."""
     from hivemind_chat_agent.errors import ConfigurationError
+    quiet_sdk_tracing()
     where = serving.parse_uri(args.uri, "--uri", ("http",), DEFAULT_URI)
     url = card_url(where.host, args.uri, args.public_url)
     if args.public_url:     # the name the card gives clients is a Host they may send
