@@ -19,9 +19,14 @@ from test_a2a_server import a2a_client, a2a_command, answer_of, message, run, se
 CONTEXTS = 50
 
 
-def test_fifty_contexts_at_once_each_recall_only_their_own_word(creds):
+def test_fifty_contexts_at_once_each_recall_only_their_own_word(creds, generation):
     """50 conversations told a word each, all at once, then all asked for it back at once:
-    each says its own (a session per context on the hub, no answer given to another)."""
+    each says its own (a session per context on the hub, no answer given to another). On a
+    5.x hub, as benchmarks/bench_a2a.py: a 4.0 hub takes a connection per conversation, and
+    50 at once (more than the agent's 32) are 50 handshakes and more, which at a load of 5 on
+    2 cores outlast the agent's 10 s connect timeout (HandshakeTimeoutError, one run in three)."""
+    if generation == "4.0":
+        pytest.skip("50 new 4.0 conversations at once are 50 handshakes: see the docstring")
     with a2a_command(creds) as url:
         async def main():
             async with a2a_client(url) as client:
