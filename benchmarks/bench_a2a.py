@@ -5,7 +5,9 @@ test pipeline, tests/hubs.py):
   1. the first sentence of `message/stream` (its first artifact update) vs the agent's own
      `stream_sentences` first sentence on the same hub, interleaved turn by turn; medians.
      Target <= 1.1x + 5 ms. Read with http.client on a kept-alive connection (the server's
-     cost, not a client library's).
+     cost, not a client library's). Beside it, not graded, the CPU time the command's
+     process spent per streamed turn (/proc): on a machine shared with other work the
+     latencies move with the load, its CPU time far less.
   2. 50 contexts at once (`message/send`, each told a word of its own first, then asked for
      it back): every one recalls its own word (no cross-talk); wall time beside one alone.
 
@@ -93,6 +95,13 @@ async def many_at_once(port: int, n: int = 50):
         return wall, time.perf_counter() - started, answers
 
 
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time of process `pid` so far (/proc/PID/stat)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def serve_a2a(creds, port: int) -> subprocess.Popen:
     cli = os.path.join(os.path.dirname(sys.executable), "hivemind-chat")
     proc = subprocess.Popen([cli, "a2a", "--uri", f"http://127.0.0.1:{port}",
@@ -125,13 +134,17 @@ def main():
             for measure in ways.values():
                 measure()
         times = {name: [] for name in ways}
+        cpu_before = cpu_seconds(server.pid)
         for i in range(args.turns):
             for name in (list(ways) if i % 2 == 0 else list(reversed(ways))):
                 times[name].append(ways[name]())
+        cpu = (cpu_seconds(server.pid) - cpu_before) / args.turns
         d, s = (statistics.median(times[name]) for name in ways)
         TABLE.header()
         TABLE.row(f"message/stream first sentence, median of {args.turns}", ms(s),
                   f"stream_sentences {ms(d)}", "<= 1.1x + 5 ms", s <= 1.1 * d + 0.005)
+        print(TABLE._line("  the command's CPU per streamed turn", ms(cpu),
+                          f"load average {os.getloadavg()[0]:.1f}", "(not graded)", "-"))
         wall, alone, answers = asyncio.run(many_at_once(port))
         crossed = [k for k, a in enumerate(answers) if a != f"you said word{k}"]
         TABLE.row("50 contexts at once (message/send)", f"{wall:.2f} s",

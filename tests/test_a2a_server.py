@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 
 import httpx
@@ -277,11 +278,14 @@ def test_cancel_stops_a_long_answer_at_the_hub(talking_hub, make_agent):
                         break
                 assert task_id
                 async with a2a_client(url) as other:
+                    sent = time.monotonic()     # the engine's clock too (CLOCK_MONOTONIC)
                     cancelled = await other.cancel_task(CancelTaskRequest(id=task_id))
                 assert cancelled.status.state == TaskState.TASK_STATE_CANCELED
                 await events.aclose()
-        run(main())
-        stopped = lambda: any(kind == "stop_session" for kind, _ in stops()[before:])  # noqa: E731
+                return sent
+        sent = run(main())
+        stopped = lambda: [t for kind, t in stops()[before:] if kind == "stop_session"]  # noqa: E731
         until(stopped, 3, "the turn stopped at the hub", every=0.1)
+        assert stopped()[0] - sent < 1.0            # within 1 s of the CancelTask
         until(lambda: probe.get_response("talking", session_id="probe") == "0", 3,
               "no answer going on")

@@ -58,3 +58,50 @@ def test_ended_and_waiting_tasks_expire_after_keep_for():
 def test_a_bound_below_one_is_refused():
     with pytest.raises(ValueError):
         TaskBook(max_tasks=0)
+
+
+class ScanningBook:
+    """The bounded store as it was first written, scanning every task at every save: what
+    TaskBook must forget, in the same order."""
+
+    def __init__(self, max_tasks, keep_for, clock):
+        self.max_tasks, self.keep_for, self.clock, self.tasks = max_tasks, keep_for, clock, {}
+
+    def stored(self, task_id, caller, state):
+        self.tasks.pop(task_id, None)
+        self.tasks[task_id] = (caller, state, self.clock())
+        now = self.clock()
+        idle = [t for t, (_, s, _) in self.tasks.items() if s != "working"]
+        expired = [t for t in idle if now - self.tasks[t][2] >= self.keep_for]
+        excess = len(self.tasks) - len(expired) - self.max_tasks
+        rest = [t for t in idle if t not in set(expired)] if excess > 0 else []
+        return [(t, self.tasks.pop(t)[0]) for t in expired + rest[:max(0, excess)]]
+
+
+def test_the_store_forgets_what_a_scan_of_every_task_would():
+    import random
+    rng = random.Random(30)
+    clock = FakeClock()
+    book = TaskBook(max_tasks=20, keep_for=50, clock=clock.now)
+    scan = ScanningBook(20, 50, clock.now)
+    for _ in range(5000):
+        clock.advance(rng.choice([0, 0, 1, 3]))
+        task_id = f"t{rng.randrange(60)}"
+        state = rng.choice(["working", "working", "input-required", "completed", "canceled"])
+        caller = rng.choice(["", "key-a"])
+        assert book.stored(task_id, caller, "c", state) == scan.stored(task_id, caller, state)
+        assert len(book) == len(scan.tasks)
+
+
+def test_a_save_on_a_full_store_does_not_scan_it():
+    """The SDK saves a task at every event (three before a turn's first sentence): a scan of
+    1000 kept tasks at each cost the first sentence about 2 ms."""
+    import time
+    book = TaskBook(max_tasks=1000)
+    for n in range(1000):
+        book.stored(f"old{n}", "", "c", "completed")
+    started = time.perf_counter()
+    for n in range(20000):
+        book.stored(f"new{n}", "", "c", "working" if n % 2 else "completed")
+    assert time.perf_counter() - started < 1.0      # a scan each: 9.7 s here
+    assert len(book) == 10000                      # the running ones, always kept

@@ -26,7 +26,7 @@ def test_each_front_s_uri_is_parsed_and_a_wrong_one_names_the_front_s_option():
 
 
 def test_the_a2a_card_names_a_url_clients_can_post_to():
-    from hivemind_chat_agent.bridges.a2a_server import card_url, public_host
+    from hivemind_chat_agent.bridges.a2a_http import card_url, public_host
     assert card_url("127.0.0.1", "http://127.0.0.1:9999", None) == "http://127.0.0.1:9999/"
     assert card_url("192.0.2.2", "http://192.0.2.2:9999/", None) == "http://192.0.2.2:9999/"
     assert card_url("0.0.0.0", "http://0.0.0.0:9999", "http://hub.lan:9999") == \

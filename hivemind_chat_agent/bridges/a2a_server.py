@@ -19,23 +19,29 @@ at its well-known path); `HubExecutor` is the agent behind it:
 - tasks live in a bounded store (`BoundedTaskStore`, the TaskBook deciding what it forgets).
 A hub that cannot be reached before the task began is a JSON-RPC error naming it.
 
-Who may reach it is bridges/http_front's guard, as for the OpenAI and MCP fronts (Host and
-Origin, a Bearer key off loopback and each key its own conversations, bounded bodies and
-connections, a caller who hangs up stops its turn); the card is readable without a key (it
-says that the rest needs one). Only the standard library is imported at the top.
+The HTTP app around it, its guard and the command line are bridges/a2a_http. Only the
+standard library is imported at the top.
 """
-import argparse
-import asyncio
 import contextvars
 import uuid
-from typing import Any, Dict, List, Optional, cast
+from typing import Any, Dict, List, cast
 
-from hivemind_chat_agent.bridges import http_front, serving
 from hivemind_chat_agent.core.a2a_tasks import ANSWER, Refused, TaskBook
 
-# the task ids whose turns a request began: the SDK runs the executor in a task of its own,
-# which copies the request's context and so appends to the request's list
-REQUEST_TASKS: contextvars.ContextVar[List[str]] = contextvars.ContextVar("a2a_request_tasks")
+
+class RequestTurns:
+    """The task ids whose turns one request began, and whether its caller has hung up
+    (a2a_http.StopOnHangUp stops them then; a turn begun after that is stopped as it
+    begins)."""
+
+    def __init__(self) -> None:
+        self.task_ids: List[str] = []
+        self.gone = False
+
+
+# the request's RequestTurns: the SDK runs the executor in a task of its own, which copies
+# the request's context and so sees the request's object
+REQUEST_TASKS: contextvars.ContextVar[RequestTurns] = contextvars.ContextVar("a2a_request_tasks")
 RPC_PATH = "/"
 CARD_PATH = "/.well-known/agent-card.json"
 OLD_CARD_PATH = "/.well-known/agent.json"     # where A2A 0.2 clients look
@@ -177,7 +183,11 @@ class HubExecutor:
             turn_over(context.current_task)
         updater = TaskUpdater(event_queue, context.task_id, context.context_id)
         self.turns[context.task_id] = turn
-        REQUEST_TASKS.get([]).append(context.task_id)
+        request = REQUEST_TASKS.get(None)
+        if request is not None:
+            request.task_ids.append(context.task_id)
+            if request.gone:            # its caller hung up while the turn began
+                turn.terminate()
         try:
             await updater.start_work()
             await self._speak(turn, updater, answering=meaning == ANSWER)
@@ -250,145 +260,3 @@ class HubExecutor:
         from a2a.server.tasks import TaskUpdater
         self.stop(context.task_id)
         await TaskUpdater(event_queue, context.task_id, context.context_id).cancel()
-
-
-# ---- the HTTP app, the guard and the command line ----
-def jsonrpc_error(refusal) -> Dict[str, Any]:
-    """A guard's refusal as a JSON-RPC error object, what A2A clients read."""
-    return {"jsonrpc": "2.0", "id": None,
-            "error": {"code": -32001 if refusal.status in (401, 403, 421) else -32000,
-                      "message": refusal.message, "data": {"code": refusal.code}}}
-
-
-def create_app(handler, card):
-    from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
-    from starlette.applications import Starlette
-    routes = create_agent_card_routes(card) + \
-        create_agent_card_routes(card, card_url=OLD_CARD_PATH) + \
-        create_jsonrpc_routes(handler, RPC_PATH, context_builder=_context_builder(),
-                              enable_v0_3_compat=True)
-    return Starlette(routes=routes)
-
-
-def _context_builder():
-    """The SDK's call context with the guard's caller as its user (the store's owner)."""
-    from a2a.server.routes import DefaultServerCallContextBuilder
-
-    class CallerContextBuilder(DefaultServerCallContextBuilder):
-        def build_user(self, request):
-            return Caller(request.scope.get(http_front.CALLER, ""))
-
-    return CallerContextBuilder()
-
-
-class StopOnHangUp:
-    """The app, whose request, once cancelled (GuardedApp cancels it when the caller hangs
-    up), stops the turns it began: the SDK would go on consuming a task in the background
-    after its stream's caller left, the hub answering nobody."""
-
-    def __init__(self, app, executor: "HubExecutor"):
-        self.app, self.executor = app, executor
-
-    async def __call__(self, scope, receive, send) -> None:
-        began: List[str] = []
-        token = REQUEST_TASKS.set(began)
-        try:
-            await self.app(scope, receive, send)
-        except asyncio.CancelledError:
-            for task_id in began:
-                self.executor.stop(task_id)
-            raise
-        finally:
-            REQUEST_TASKS.reset(token)
-
-
-def guarded_app(agent, guard, url: str, limits: http_front.Limits = http_front.Limits(),
-                book: Optional[TaskBook] = None):
-    card = agent_card(url, bool(guard.keys))
-    executor = HubExecutor(agent, book or TaskBook())
-    app = StopOnHangUp(create_app(build_handler(executor, card), card), executor)
-    return http_front.GuardedApp(app, guard, jsonrpc_error, turn_paths=(RPC_PATH,),
-                                 max_body=limits.max_body,
-                                 public_paths=(CARD_PATH, OLD_CARD_PATH))
-
-
-def add_options(p):
-    p.prog = "hivemind-chat a2a"
-    p.description = ("Serve an Agent2Agent (A2A) agent answered by the OVOS hub: a contextId "
-                     "is one conversation, a skill's question ends the task in "
-                     "input-required, the next message of that task answers it.")
-    p.add_argument("--uri", default=DEFAULT_URI,
-                   help=f"where to listen (default {DEFAULT_URI}); another address than "
-                        "loopback needs an API key")
-    p.add_argument("--public-url", default=None, metavar="URL",
-                   help="the URL the agent card gives clients (default: --uri; needed when "
-                        "listening on 0.0.0.0, or behind a proxy); its host is an allowed "
-                        "Host")
-    p.add_argument("--max-tasks", type=int, default=1000, metavar="N",
-                   help="tasks kept for GetTask and answers (default 1000; the oldest ended "
-                        "ones are forgotten first)")
-    serving.add_key_options(p)
-    http_front.add_limit_options(p)
-    return p
-
-
-def card_url(host: str, uri: str, public_url: Optional[str]) -> str:
-    """The URL the card gives clients to send their messages to: `public_url`, else `uri`.
-    ConfigurationError when that would be a wildcard bind address (0.0.0.0, ::): clients,
-    the ecosystem's plugins among them, post to the card's URL, and 0.0.0.0 reaches no one
-    (or, on the same machine, is refused as a foreign Host)."""
-    import ipaddress
-
-    from hivemind_chat_agent.errors import ConfigurationError
-    if public_url is None:
-        try:
-            wildcard = ipaddress.ip_address(host).is_unspecified
-        except ValueError:
-            wildcard = False
-        if wildcard:
-            raise ConfigurationError(
-                f"listening on {host} needs --public-url (e.g. http://THIS-MACHINE:PORT): the "
-                "agent card gives clients that URL to send their messages to")
-    return (public_url or uri).rstrip("/") + "/"
-
-
-def public_host(public_url: str) -> str:
-    """The host of --public-url (http or https, a port or none, a path or none), or a
-    ConfigurationError naming the option."""
-    from urllib.parse import urlparse
-
-    from hivemind_chat_agent.errors import ConfigurationError
-    try:
-        parsed = urlparse(public_url)
-        # .port raises for a port that is not a number, or out of range
-        host = parsed.hostname if parsed.scheme in ("http", "https") and \
-            (parsed.port or 0) >= 0 else None
-    except ValueError:
-        host = None
-    if not host:
-        raise ConfigurationError(f"--public-url must look like http://assistant.lan:9999 or "
-                                 f"https://assistant.example.org/a2a, not {public_url!r}")
-    return host
-
-
-def serve_from_cli(args, out, config: Dict[str, Any]) -> int:
-    """`hivemind-chat a2a` in bridges/serving's shell: refused before the hub is dialled when
-    the address or the keys do not do; a stop signal drains the requests in flight."""
-    from hivemind_chat_agent.errors import ConfigurationError
-    where = serving.parse_uri(args.uri, "--uri", ("http",), DEFAULT_URI)
-    url = card_url(where.host, args.uri, args.public_url)
-    if args.public_url:     # the name the card gives clients is a Host they may send
-        args = argparse.Namespace(**{**vars(args), "allowed_host": [
-            *(args.allowed_host or []), public_host(args.public_url)]})
-    guard = http_front.guard_from_cli(args, where.host, "A2A server")
-    limits = http_front.limits_from(args)
-    if args.max_tasks < 1:
-        raise ConfigurationError("--max-tasks must be at least 1")
-    with serving.front_agent(config, "hivemind-chat-a2a") as agent:
-        app = guarded_app(agent, guard, url, limits, TaskBook(max_tasks=args.max_tasks))
-        out.info(f"A2A agent on {url} (card at {url.rstrip('/')}{CARD_PATH})"
-                 + (f"; {len(guard.keys)} API key(s)" if guard.keys
-                    else "; no API key: loopback only"))
-        return serving.serve_until_signalled(
-            lambda stopping: http_front.serve(app, where.host, where.port, limits,
-                                              stopping=stopping), args.uri)

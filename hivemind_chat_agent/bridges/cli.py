@@ -337,7 +337,7 @@ SERVERS = {
     "mcp": ("mcp", "hivemind-chat mcp (a Model Context Protocol server)",
             "hivemind_chat_agent.bridges.mcp_server"),
     "a2a": ("a2a", "hivemind-chat a2a (an Agent2Agent server)",
-            "hivemind_chat_agent.bridges.a2a_server"),
+            "hivemind_chat_agent.bridges.a2a_http"),
 }
 
 

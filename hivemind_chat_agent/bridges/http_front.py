@@ -259,7 +259,10 @@ async def serve(app, host: str, port: int, limits: Limits = Limits(), lifespan: 
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan=lifespan,
                             access_log=False, server_header=False,
                             http=guarded_protocol(limits),
-                            limit_concurrency=limits.max_connections,
+                            # the cap is the guarded protocol's: uvicorn's own answers
+                            # 503 once as many connections are open as it allows, so
+                            # a full cap of admitted connections got 503 on every request
+                            limit_concurrency=limits.max_connections + 1,
                             timeout_keep_alive=max(1, int(limits.keep_alive)))
     server = _ServerWithoutSignals(config)
     if started is not None:

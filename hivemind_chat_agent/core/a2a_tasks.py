@@ -48,6 +48,9 @@ class TaskBook:
             raise ValueError("max_tasks must be at least 1")
         self.max_tasks, self.keep_for, self.clock = max_tasks, keep_for, clock
         self._tasks: "OrderedDict[str, TaskEntry]" = OrderedDict()
+        # the ended or waiting ones, least recently changed first: what may be forgotten, in
+        # the order it is (the store saves a task at every event, so no save scans them all)
+        self._idle: "OrderedDict[str, None]" = OrderedDict()
 
     @staticmethod
     def session_for(caller: str, context_id: str) -> str:
@@ -81,26 +84,31 @@ class TaskBook:
                state: str) -> List[Tuple[str, str]]:
         """The store saved `task_id` in `state`; returns the (task_id, caller) pairs to forget
         now (expired, or beyond the bound), never a running task's."""
-        self._tasks.pop(task_id, None)
+        self.forget(task_id)
         self._tasks[task_id] = TaskEntry(caller, context_id, state, self.clock())
+        if state in ENDED or state == INPUT_REQUIRED:
+            self._idle[task_id] = None
         return self._prune()
 
     def forget(self, task_id: str) -> None:
         self._tasks.pop(task_id, None)
+        self._idle.pop(task_id, None)
 
     def __len__(self) -> int:
         return len(self._tasks)
 
     def _prune(self) -> List[Tuple[str, str]]:
-        now = self.clock()
-        idle = [tid for tid, e in self._tasks.items()
-                if e.state in ENDED or e.state == INPUT_REQUIRED]     # in order of change
-        expired = [tid for tid in idle if now - self._tasks[tid].changed >= self.keep_for]
-        excess = len(self._tasks) - len(expired) - self.max_tasks
-        gone = set(expired)
-        rest = [tid for tid in idle if tid not in gone] if excess > 0 else []
-        drop = expired + rest[:max(0, excess)]
-        return [(tid, self._tasks.pop(tid).caller) for tid in drop]
+        """The expired idle tasks (the oldest changes: a prefix of `_idle`), then the oldest
+        idle ones while more than `max_tasks` are kept."""
+        now, gone = self.clock(), []
+        while self._idle:
+            oldest = next(iter(self._idle))
+            if now - self._tasks[oldest].changed < self.keep_for and \
+                    len(self._tasks) <= self.max_tasks:
+                break
+            gone.append((oldest, self._tasks[oldest].caller))
+            self.forget(oldest)
+        return gone
 
 
 __all__ = ["TaskBook", "TaskEntry", "Refused", "NEW", "ANSWER", "WORKING", "INPUT_REQUIRED",
