@@ -114,12 +114,15 @@ class TurnDriver:
         """Once, for a turn whose connection was lost before its end, on a hub that keeps
         turn records (it answers the repeated id from its record, or waits for the replica
         running it, so the turn never runs twice); never on an OVOS hub, whose skills may
-        have acted already."""
+        have acted already, unless the hub never read the turn (EndReason.UNSENT: an MQTT
+        session the hub had dropped)."""
         end = self._last_end
+        if end is None or end.kind not in (EndReason.NONE, EndReason.UNSENT):
+            return False
         return (outcome is not None and outcome.status is TurnStatus.LOST and outcome.lost
-                and end is not None and end.kind is EndReason.NONE and not self._retried
-                and not self._terminated and not self.agent.closed
-                and self.agent.hub_keeps_turns and self._resend is not None)
+                and not self._retried and not self._terminated and not self.agent.closed
+                and (self.agent.hub_keeps_turns or end.kind is EndReason.UNSENT)
+                and self._resend is not None)
 
     def _retry(self) -> bool:
         """Send the turn again, same id, on a new connection; False (the loss stands) when no
@@ -146,7 +149,9 @@ class TurnDriver:
                 agent.pool.release(self.conn)
                 self.conn = None
             return False
-        LOG.info("the connection was lost mid-turn; the turn was sent again by its id")
+        LOG.info("the hub never read the turn; it was sent again on a new session"
+                 if self._last_end is not None and self._last_end.kind is EndReason.UNSENT
+                 else "the connection was lost mid-turn; the turn was sent again by its id")
         return True
 
     def adopt(self, thread: Optional[threading.Thread] = None) -> None:

@@ -1,0 +1,193 @@
+"""Our client over MQTT, against the genuine article: a hivemind-core 5.3.10a1 hub with
+hivemind-mqtt-protocol 0.2.5a2 (tests/hub_venvs.py's mqtt-hub-5) and this checkout's hub
+plugin, through Debian's mosquitto on 127.0.0.1. Answers, history, follow-ups, a stop, two
+access keys kept apart, the hub's silence on an unknown key, a wrong password, one session per
+key, and the hub's session ending under the client (a broker restart, the hub's idle eviction):
+the next turn is answered, and nothing is lost or run twice."""
+import json
+import os
+import secrets
+import time
+
+import pytest
+
+pytest.importorskip("paho.mqtt", reason="needs the [mqtt] extra (.ci/run installs it with "
+                                        "[test]): pip install -c constraints.txt -e '.[mqtt]'")
+
+from hubs import HubProcess, plugin_config  # noqa: E402
+from servers import MosquittoServer  # noqa: E402
+from waiting import UNIT, wait_until  # noqa: E402
+
+from hivemind_chat_agent import (  # noqa: E402
+    AccessKeyInUseError,
+    BrokerRefusedError,
+    HubSilentError,
+    TurnStatus,
+    WrongPasswordError,
+)
+from hivemind_chat_agent.bridges.local_hub import hub_environment  # noqa: E402
+
+pytestmark = pytest.mark.hub
+PREFIX = "hm-test"
+EVICT_AFTER = 1      # the hub's idle_timeout (s); its sweep runs every 30 s at the most often
+
+
+class MqttHub:
+    """The mqtt-hub-5 hub: websocket and MQTT network protocols, our plugin answering both."""
+
+    def __init__(self, broker: MosquittoServer, idle_timeout: float = 300, **knobs):
+        self.broker = broker
+        self.hub = HubProcess(plugin_config(**knobs), generation="5", venv="mqtt-hub-5")
+        path = os.path.join(hub_environment(self.hub.home)["XDG_CONFIG_HOME"], "hivemind-core",
+                            "server.json")
+        with open(path) as f:
+            config = json.load(f)
+        config["network_protocol"]["hivemind-mqtt-plugin"] = {
+            "broker_host": "127.0.0.1", "broker_port": broker.port, "topic_prefix": PREFIX,
+            "idle_timeout": idle_timeout}
+        with open(path, "w") as f:
+            json.dump(config, f)
+
+    def start(self) -> "MqttHub":
+        self.hub.start()
+        assert wait_until(lambda: "[MQTT] listener started" in self.hub.logs(), 30), \
+            self.hub.logs()[-3000:]
+        return self
+
+    def client(self, **extra) -> dict:
+        creds = self.hub.add_client()
+        return {"host": f"mqtt://127.0.0.1:{self.broker.port}", "key": creds.key,
+                "password": creds.password, "topic_prefix": PREFIX, "timeout": 10,
+                **extra}
+
+    def cleanup(self) -> None:
+        self.hub.cleanup()
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    server = MosquittoServer(str(tmp_path_factory.mktemp("mosquitto"))).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def mqtt_hub(broker):
+    hub = MqttHub(broker).start()
+    yield hub
+    hub.cleanup()
+
+
+@pytest.fixture
+def keys(tmp_path):
+    return str(tmp_path / "noise-keys")
+
+
+def asked(agent, session_id="probe"):
+    """Every utterance the hub's engine ran, in order (tests/engines.py's "asked")."""
+    return json.loads(agent.get_response("asked", session_id=session_id))
+
+
+def test_answers_history_and_sessions_over_mqtt(mqtt_hub, keys, make_agent):
+    agent = make_agent(mqtt_hub.client(noise_key_dir=keys))
+    assert agent.get_response("hello", session_id="m-a") == "hello there"
+    agent.get_response("remember the blue door", session_id="m-a")
+    assert "blue door" in agent.get_response("recall", session_id="m-a")
+    assert agent.get_response("whoami", session_id="m-b").endswith("-m-b")   # the plugin's
+    # engine sees the session under the satellite's namespace
+    conn = agent.pool.peek("m-a")
+    assert conn.generation.startswith("5.x") and conn.config.transport == "mqtt"
+    assert len(agent.pool) == 1
+    history = json.loads(agent.get_response("history", session_id="m-a"))
+    assert [text for _, text in history][-2:] == ["recall", "you said the blue door"]
+
+
+def test_a_stop_ends_the_answer_and_the_next_turn_runs(mqtt_hub, keys, make_agent):
+    agent = make_agent(mqtt_hub.client(noise_key_dir=keys))
+    turn = agent.begin(user("talk 100 0.1"), session_id="m-stop")
+    sentences = iter(turn)
+    assert [next(sentences), next(sentences)] == ["talk sentence 1", "talk sentence 2"]
+    turn.terminate()
+    assert turn.status is TurnStatus.CANCELLED and turn.is_done()
+    assert wait_until(lambda: turn.get_snapshot()["hub_stopped_at"]), turn.get_snapshot()
+    stops = json.loads(agent.get_response("stops", session_id="probe"))
+    assert "stop_session" in {kind for kind, _ in stops}, stops
+    assert agent.get_response("count 2", session_id="m-stop") == "sentence 1\nsentence 2"
+
+
+def test_the_asyncio_api_over_mqtt(mqtt_hub, keys, make_agent):
+    import asyncio
+    agent = make_agent(mqtt_hub.client(noise_key_dir=keys))
+
+    async def both():
+        return await asyncio.gather(agent.acontinue_chat(user("count 2"), session_id="m-x"),
+                                    agent.acontinue_chat(user("hello"), session_id="m-y"))
+    assert [m.content for m in asyncio.run(both())] == ["sentence 1\nsentence 2",
+                                                        "hello there"]
+
+
+def test_two_access_keys_are_kept_apart(mqtt_hub, tmp_path, make_agent):
+    a = make_agent(mqtt_hub.client(noise_key_dir=str(tmp_path / "a")))
+    b = make_agent(mqtt_hub.client(noise_key_dir=str(tmp_path / "b")))
+    a.get_response("remember the secret of a", session_id="shared-name")
+    assert b.get_response("recall", session_id="shared-name") == "I remember nothing"
+    assert a.get_response("recall", session_id="shared-name") == "you said the secret of a"
+    assert b.get_response("hello", session_id="shared-name") == "hello there"
+
+
+def test_one_session_per_access_key_is_explicit(mqtt_hub, keys, make_agent):
+    config = mqtt_hub.client(noise_key_dir=keys)
+    first = make_agent(config)
+    assert first.get_response("hello", session_id="one") == "hello there"
+    second = make_agent(config)
+    with pytest.raises(AccessKeyInUseError, match="one session per key"):
+        second.get_response("hello", session_id="two")
+    assert first.get_response("count 1", session_id="one") == "sentence 1"   # unharmed
+
+
+def test_an_unknown_key_is_silence_that_ends_in_an_error_saying_what_to_check(
+        mqtt_hub, keys, make_agent):
+    config = {**mqtt_hub.client(noise_key_dir=keys), "key": secrets.token_hex(16),
+              "connect_timeout": 3}
+    started = time.monotonic()
+    with pytest.raises(HubSilentError, match="registered on the hub") as raised:
+        make_agent(config).get_response("hello")
+    assert time.monotonic() - started < 3 + 4 * UNIT
+    assert config["key"] not in str(raised.value)
+
+
+def test_a_wrong_password_shows_in_the_handshake(mqtt_hub, keys, make_agent):
+    config = {**mqtt_hub.client(noise_key_dir=keys), "password": "not-the-password"}
+    with pytest.raises(WrongPasswordError):
+        make_agent(config).get_response("hello")
+
+
+def test_a_broker_refusing_our_credentials_is_a_typed_error(tmp_path, keys, make_agent):
+    broker = MosquittoServer(str(tmp_path / "locked"), users={"hub": "s3cret"}).start()
+    try:
+        config = {"host": f"mqtt://127.0.0.1:{broker.port}", "key": "k", "password": "p",
+                  "broker_username": "hub", "broker_password": "wrong",
+                  "noise_key_dir": keys, "connect_timeout": 5}
+        with pytest.raises(BrokerRefusedError, match="broker_username"):
+            make_agent(config).get_response("hello")
+    finally:
+        broker.stop()
+
+
+def test_a_broker_restart_between_turns_loses_nothing_and_runs_nothing_twice(
+        mqtt_hub, keys, make_agent):
+    agent = make_agent(mqtt_hub.client(noise_key_dir=keys))
+    assert agent.get_response("echo before the restart", session_id="m-r") == \
+        "you said echo before the restart"
+    mqtt_hub.broker.stop()
+    mqtt_hub.broker.start()
+    assert agent.get_response("echo after the restart", session_id="m-r") == \
+        "you said echo after the restart"
+    ran = asked(agent)
+    assert ran.count("echo before the restart") == 1 and \
+        ran.count("echo after the restart") == 1, ran
+
+
+def user(text):
+    from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
+    return [AgentMessage(MessageRole.USER, text)]
