@@ -24,7 +24,7 @@ _ERRORS = ("HiveMindChatError", "ConfigurationError", "MissingExtraError",
            "ClientKeyRefusedError",
            "HubKeyChangedError", "HubCertificateError", "HubCertificateChangedError",
            "PolicyDeniedError", "IdentifierTooLongError", "HubSilentError",
-           "BrokerRefusedError", "AccessKeyInUseError")
+           "BrokerRefusedError", "AccessKeyInUseError", "HubSessionDroppedError")
 _EXPORTS.update((name, "hivemind_chat_agent.errors") for name in _ERRORS)
 # the extra whose packages a public name needs beyond the client's
 _EXTRA_OF = {"ChatAgentProtocol": "hub"}

@@ -117,6 +117,12 @@ class HubSilentError(HubUnreachableError):
     registered on the hub, another topic prefix, the hub not connected to this broker."""
 
 
+class HubSessionDroppedError(HubUnreachableError):
+    """MQTT: the hub dropped this key's session while our handshake was under way (its own
+    "offline" for the key, queued through a broker restart, can do that); the connect is made
+    again once."""
+
+
 class BrokerRefusedError(AuthenticationError):
     """MQTT: the broker refused the connection (its username or password, or its ACL)."""
 

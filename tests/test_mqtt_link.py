@@ -11,6 +11,7 @@ from hivemind_chat_agent.core.turns import EndReason
 from hivemind_chat_agent.errors import (
     AccessKeyInUseError,
     ConfigurationError,
+    HubSessionDroppedError,
     HubSilentError,
     HubUnreachableError,
 )
@@ -72,6 +73,14 @@ def test_after_the_handshake_frames_pass_as_bytes_and_a_plain_hello_is_a_reset()
     step = g.frame(HUB_HELLO, channel=True)
     assert "new session" in step.reset and g.phase is Phase.ENDED
     assert g.frame(NOISE_FRAME, channel=True).deliver is None
+
+
+def test_a_second_hello_of_the_hubs_during_the_handshake_is_a_reset():
+    """Our handshake went to a session the hub dropped; the next frame opened another."""
+    g = greeting()
+    g.frame(HUB_HELLO, channel=False)
+    g.frame(HUB_OFFER, channel=False)
+    assert "during the handshake" in g.frame(HUB_HELLO, channel=False).reset
 
 
 @pytest.mark.parametrize("channel,said", [(True, "session"), (False, "during the handshake")])
@@ -136,7 +145,8 @@ def test_a_reset_during_the_handshake_is_a_failed_connect(tmp_path):
     link = HubLink(inputs(tmp_path), "hall", SESSION)
     link.opened()
     decision = link.session_reset("the hub closed this access key's session")
-    assert isinstance(decision.failed, HubUnreachableError) and decision.close
+    assert isinstance(decision.failed, HubSessionDroppedError) and decision.close
+    assert isinstance(decision.failed, HubUnreachableError)
 
 
 def test_only_the_turns_that_got_nothing_back_are_unsent():

@@ -16,7 +16,7 @@ pytest.importorskip("paho.mqtt", reason="needs the [mqtt] extra (.ci/run install
 
 from hubs import HubProcess, plugin_config  # noqa: E402
 from servers import MosquittoServer  # noqa: E402
-from waiting import UNIT, wait_until  # noqa: E402
+from waiting import UNIT, hold_still, wait_until  # noqa: E402
 
 from hivemind_chat_agent import (  # noqa: E402
     AccessKeyInUseError,
@@ -48,10 +48,12 @@ class MqttHub:
         with open(path, "w") as f:
             json.dump(config, f)
 
-    def start(self) -> "MqttHub":
+    def start(self, connected: int = 1) -> "MqttHub":
+        """Start (or start again) the hub; return once it has subscribed to its MQTT topics
+        for the `connected`-th time (its log is kept across restarts)."""
         self.hub.start()
-        assert wait_until(lambda: "[MQTT] listener started" in self.hub.logs(), 30), \
-            self.hub.logs()[-3000:]
+        assert wait_until(lambda: self.hub.logs().count("[MQTT] Connected to broker")
+                          >= connected, 30), self.hub.logs()[-3000:]
         return self
 
     def client(self, **extra) -> dict:
@@ -181,11 +183,82 @@ def test_a_broker_restart_between_turns_loses_nothing_and_runs_nothing_twice(
         "you said echo before the restart"
     mqtt_hub.broker.stop()
     mqtt_hub.broker.start()
-    assert agent.get_response("echo after the restart", session_id="m-r") == \
-        "you said echo after the restart"
+    try:
+        assert agent.get_response("echo after the restart", session_id="m-r") == \
+            "you said echo after the restart"
+    except Exception:      # what the hub's MQTT side did, for the failure's report
+        print("\n".join(line[:300] for line in mqtt_hub.hub.logs().splitlines()[-60:]
+                        if "MQTT" in line or "eject" in line))
+        raise
     ran = asked(agent)
     assert ran.count("echo before the restart") == 1 and \
         ran.count("echo after the restart") == 1, ran
+
+
+def test_the_hubs_idle_eviction_ends_the_session_and_the_next_turn_runs_once(
+        broker, keys, make_agent, warnings_of_ours):
+    """hivemind-mqtt-protocol drops a key's session after `idle_timeout` of silence and says
+    "offline" on the key's status topic: the connection ends there, the next turn makes a new
+    handshake and runs once."""
+    hub = MqttHub(broker, idle_timeout=EVICT_AFTER).start()
+    try:
+        agent = make_agent(hub.client(noise_key_dir=keys))
+        assert agent.get_response("echo first", session_id="m-e") == "you said echo first"
+        first = agent.pool.peek("m-e")
+        assert wait_until(lambda: not first.alive, 45), "the hub never evicted the session"
+        assert "Idle timeout for peer" in hub.hub.logs()
+        assert agent.get_response("echo after the eviction", session_id="m-e") == \
+            "you said echo after the eviction"
+        assert agent.pool.peek("m-e") is not first
+        ran = asked(agent)
+        assert ran == ["echo first", "echo after the eviction"], ran
+        assert not warnings_of_ours, warnings_of_ours
+    finally:
+        hub.cleanup()
+
+
+def test_a_turn_sent_into_a_session_the_hub_no_longer_has_is_sent_again_and_runs_once(
+        broker, keys, make_agent, warnings_of_ours):
+    """A hub restarted (killed) between turns has no session for the key and says nothing:
+    the next turn's frame opens a new session there, which drops it unread and says HELLO.
+    That turn never ran: it is sent again, on a new handshake, and runs once."""
+    hub = MqttHub(broker).start()
+    try:
+        agent = make_agent(hub.client(noise_key_dir=keys))
+        assert agent.get_response("echo first", session_id="m-k") == "you said echo first"
+        first = agent.pool.peek("m-k")
+        hub.hub.kill()
+        hub.start(connected=2)
+        hold_still()                  # its subscriptions granted
+        assert first.alive            # nothing told the client
+        assert agent.get_response("echo into a session the hub lost", session_id="m-k") == \
+            "you said echo into a session the hub lost"
+        assert agent.pool.peek("m-k") is not first and not first.alive
+        ran = asked(agent)
+        assert ran == ["echo into a session the hub lost"], ran   # a new hub process
+        assert not warnings_of_ours, warnings_of_ours
+    finally:
+        hub.cleanup()
+
+
+def test_the_command_line_takes_the_same_host(mqtt_hub, tmp_path):
+    import subprocess
+    import sys
+    config = mqtt_hub.client()
+    cli = os.path.join(os.path.dirname(sys.executable), "hivemind-chat")
+    proc = subprocess.run(
+        [cli, "--host", config["host"], "--topic-prefix", PREFIX, "--key", config["key"],
+         "--password-file", str(_write(tmp_path / "pw", config["password"])), "--no-store",
+         "hello"], capture_output=True, text=True, timeout=60,
+        env={**os.environ, "XDG_DATA_HOME": str(tmp_path / "data"),
+             "XDG_CONFIG_HOME": str(tmp_path / "config")})
+    assert proc.returncode == 0 and proc.stdout.strip() == "hello there", \
+        (proc.stdout, proc.stderr[-2000:])
+
+
+def _write(path, text):
+    path.write_text(text + "\n")
+    return path
 
 
 def user(text):

@@ -31,7 +31,7 @@ from hivemind_chat_agent.core.refusals import (
     untrusted_frame,
 )
 from hivemind_chat_agent.core.turns import EndReason
-from hivemind_chat_agent.errors import HiveMindChatError, HubUnreachableError
+from hivemind_chat_agent.errors import HiveMindChatError, HubSessionDroppedError
 
 
 class LinkState(str, Enum):
@@ -135,7 +135,7 @@ class HubLink:
         if self.state is LinkState.CLOSED:
             return Decision()
         if self.state is not LinkState.READY:
-            return self.failed(HubUnreachableError(f"{reason}; check the hub's log"))
+            return self.failed(HubSessionDroppedError(f"{reason}; check the hub's log"))
         self._close(None)
         return Decision(lose_turns=(reason, EndReason.NONE), close=True, unsent=True)
 

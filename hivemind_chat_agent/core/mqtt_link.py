@@ -121,6 +121,9 @@ class MqttGreeting:
         if kind is None:
             return Step(deliver=bytes(raw))
         if kind == "hello":
+            if self.phase is Phase.ANSWERED:   # our handshake went to a session now gone
+                return self._reset("the hub started another session for this access key "
+                                   "during the handshake")
             self.phase = Phase.ANSWERED
         return Step(deliver=raw.decode("utf-8"))
 
