@@ -182,6 +182,7 @@ class MosquittoServer(ServerProcess):
         config = os.path.join(self.directory, "mosquitto.conf")
         # as root it would drop to the mosquitto user, who cannot read a test's folders
         lines = [f"listener {self.port} 127.0.0.1", "persistence false", "user root",
+                 "set_tcp_nodelay true",
                  "log_dest stdout", "log_type error", "log_type warning", "log_type notice"]
         if self.users:
             passwords = os.path.join(self.directory, "passwords")

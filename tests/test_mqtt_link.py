@@ -6,7 +6,7 @@ from test_hub_link import SESSION, handshake
 
 from hivemind_chat_agent.client.config import ClientConfig
 from hivemind_chat_agent.core.hub_link import HubLink, LinkState
-from hivemind_chat_agent.core.mqtt_link import HELLO_EVERY, MqttGreeting, Phase, Topics
+from hivemind_chat_agent.core.mqtt_link import HELLO_EVERY, QUIET, MqttGreeting, Phase, Topics
 from hivemind_chat_agent.core.turns import EndReason
 from hivemind_chat_agent.errors import (
     AccessKeyInUseError,
@@ -56,13 +56,24 @@ def test_silence_until_the_deadline_is_a_typed_error_that_says_what_to_check():
     assert g.phase is Phase.ENDED and g.tick(200.0) == g.tick(300.0)
 
 
-def test_a_live_offline_while_greeting_asks_for_the_next_hello_at_once():
+def test_a_live_offline_while_greeting_asks_for_the_next_hello_once_the_topic_is_quiet():
     """A hub holding a stale session of this key (a broker restart) drops it on our plain
-    HELLO and says "offline": that HELLO was spent on it."""
+    HELLO and says "offline", then reads that back and drops whatever session the key has:
+    the next HELLO waits for QUIET s without an "offline"."""
     g = greeting()
-    assert g.status(b"offline", retained=False, channel=False, now=100.1).hello
+    assert not g.status(b"offline", retained=False, channel=False, now=100.1).hello
     assert not g.status(b"offline", retained=True, channel=False, now=100.2).hello
     assert not g.status(b"online", retained=False, channel=False, now=100.3).hello
+    assert not g.status(b"offline", retained=False, channel=False, now=100.3).hello
+    assert not g.tick(100.3 + QUIET / 2).hello
+    assert g.tick(100.3 + QUIET).hello
+
+
+def test_a_connection_soon_after_an_offline_waits_for_quiet_before_its_hello():
+    g = MqttGreeting("b", started=10.0, deadline=10.0)
+    step = g.subscribed(10.0, not_before=10.2)
+    assert step.open and not step.hello
+    assert not g.tick(10.1).hello and g.tick(10.2).hello
 
 
 def test_after_the_handshake_frames_pass_as_bytes_and_a_plain_hello_is_a_reset():

@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("paho.mqtt", reason="needs the [mqtt] extra (.ci/run installs it with "
                                         "[test]): pip install -c constraints.txt -e '.[mqtt]'")
 
-from hubs import HubProcess, plugin_config  # noqa: E402
+from mqtt_hub import PREFIX, MqttHub  # noqa: E402
 from servers import MosquittoServer  # noqa: E402
 from waiting import UNIT, hold_still, wait_until  # noqa: E402
 
@@ -25,45 +25,9 @@ from hivemind_chat_agent import (  # noqa: E402
     TurnStatus,
     WrongPasswordError,
 )
-from hivemind_chat_agent.bridges.local_hub import hub_environment  # noqa: E402
 
 pytestmark = pytest.mark.hub
-PREFIX = "hm-test"
 EVICT_AFTER = 1      # the hub's idle_timeout (s); its sweep runs every 30 s at the most often
-
-
-class MqttHub:
-    """The mqtt-hub-5 hub: websocket and MQTT network protocols, our plugin answering both."""
-
-    def __init__(self, broker: MosquittoServer, idle_timeout: float = 300, **knobs):
-        self.broker = broker
-        self.hub = HubProcess(plugin_config(**knobs), generation="5", venv="mqtt-hub-5")
-        path = os.path.join(hub_environment(self.hub.home)["XDG_CONFIG_HOME"], "hivemind-core",
-                            "server.json")
-        with open(path) as f:
-            config = json.load(f)
-        config["network_protocol"]["hivemind-mqtt-plugin"] = {
-            "broker_host": "127.0.0.1", "broker_port": broker.port, "topic_prefix": PREFIX,
-            "idle_timeout": idle_timeout}
-        with open(path, "w") as f:
-            json.dump(config, f)
-
-    def start(self, connected: int = 1) -> "MqttHub":
-        """Start (or start again) the hub; return once it has subscribed to its MQTT topics
-        for the `connected`-th time (its log is kept across restarts)."""
-        self.hub.start()
-        assert wait_until(lambda: self.hub.logs().count("[MQTT] Connected to broker")
-                          >= connected, 30), self.hub.logs()[-3000:]
-        return self
-
-    def client(self, **extra) -> dict:
-        creds = self.hub.add_client()
-        return {"host": f"mqtt://127.0.0.1:{self.broker.port}", "key": creds.key,
-                "password": creds.password, "topic_prefix": PREFIX, "timeout": 10,
-                **extra}
-
-    def cleanup(self) -> None:
-        self.hub.cleanup()
 
 
 @pytest.fixture(scope="module")
@@ -231,8 +195,14 @@ def test_a_turn_sent_into_a_session_the_hub_no_longer_has_is_sent_again_and_runs
         hub.start(connected=2)
         hold_still()                  # its subscriptions granted
         assert first.alive            # nothing told the client
-        assert agent.get_response("echo into a session the hub lost", session_id="m-k") == \
-            "you said echo into a session the hub lost"
+        try:
+            assert agent.get_response("echo into a session the hub lost",
+                                      session_id="m-k") == \
+                "you said echo into a session the hub lost"
+        except Exception:      # what the hub's MQTT side did, for the failure's report
+            print("\n".join(line[:300] for line in hub.hub.logs().splitlines()[-80:]
+                            if "MQTT" in line or "eject" in line or "isconnect" in line))
+            raise
         assert agent.pool.peek("m-k") is not first and not first.alive
         ran = asked(agent)
         assert ran == ["echo into a session the hub lost"], ran   # a new hub process

@@ -19,6 +19,7 @@ each other, so this process holds at most one MQTT connection per broker, prefix
 topic before it ends (the hub then drops its session at once, instead of swallowing the next
 connection's HELLO), and "online" when it starts.
 """
+import socket
 import threading
 from typing import Any, Dict, Optional, Tuple
 
@@ -33,7 +34,14 @@ from hivemind_chat_agent.client.config import ClientConfig
 from hivemind_chat_agent.client.transport import SocketOwner, hand_over
 from hivemind_chat_agent.core.clock import Clock
 from hivemind_chat_agent.core.exchange import SecureChannel
-from hivemind_chat_agent.core.mqtt_link import OFFLINE, ONLINE, MqttGreeting, Step, Topics
+from hivemind_chat_agent.core.mqtt_link import (
+    OFFLINE,
+    ONLINE,
+    QUIET,
+    MqttGreeting,
+    Step,
+    Topics,
+)
 from hivemind_chat_agent.errors import (
     AccessKeyInUseError,
     BrokerRefusedError,
@@ -43,12 +51,18 @@ from hivemind_chat_agent.errors import (
 )
 
 KEEPALIVE = 30        # seconds: MQTT pings to the broker (the hub has none of its own)
-TICK = 0.25           # seconds: how often the loop looks at the clock (HELLO again, deadline)
+TICK = 0.05           # seconds: how often the loop looks at the clock (HELLO again, deadline)
 GOODBYE_WITHIN = 1.0  # seconds a close waits for the broker to take our "offline"
 KEY_FREED_WITHIN = 2.0   # seconds a new connection waits for this key's last one to end
 
+# Our frames at QoS 0, as the hub sends its own: one TCP connection each way keeps them in
+# order, and a lost broker ends the connection either way. At QoS 1 the hub's PUBACK (paho
+# leaves Nagle on) held its answer for the broker's delayed ACK: about 40 ms a turn.
+FRAME_QOS = 0
+_QUICKACK = getattr(socket, "TCP_QUICKACK", None)   # Linux only
 _KeyId = Tuple[str, int, str, str]
 _keys: Dict[_KeyId, int] = {}      # broker, port, prefix, key -> id() of the transport
+_quiet_from: Dict[_KeyId, float] = {}   # when this key's status topic is quiet again
 _keys_changed = threading.Condition()
 
 
@@ -126,6 +140,7 @@ class MqttTransport:
             self._greeting.ended()
             self._owner.on_socket_error(_unreachable(e, self.where, cfg.connect_timeout))
             return
+        self._tcp_option(socket.TCP_NODELAY)   # paho leaves Nagle on: frames would wait
         while True:
             rc = client.loop(timeout=TICK)
             if rc != MQTTErrorCode.MQTT_ERR_SUCCESS:
@@ -162,13 +177,28 @@ class MqttTransport:
                 "<prefix>/<key>/in and /status"))
             return
         client.publish(self.topics.status, ONLINE, qos=1, retain=True)
-        self._apply(self._greeting.subscribed(self._clock.now()))
+        self._apply(self._greeting.subscribed(self._clock.now(),
+                                              _quiet_from.get(self._key_id, 0.0)))
+
+    def _tcp_option(self, option: Optional[int]) -> None:
+        """Set a TCP option on the broker socket (best effort: TLS wraps it, Linux only)."""
+        sock: Any = self._client.socket()
+        if sock is not None and option is not None:
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, option, 1)
+            except (OSError, AttributeError):
+                pass
 
     def _on_message(self, _client, _userdata, msg) -> None:
+        # acknowledge at once: a broker without set_tcp_nodelay holds its next packet (the
+        # hub's `handled` after a `speak`) for our delayed ACK, as tornado does (transport.py)
+        self._tcp_option(_QUICKACK)
         channel = self.channel is not None
         if msg.topic == self.topics.status:
-            step = self._greeting.status(msg.payload, bool(msg.retain), channel,
-                                         self._clock.now())
+            now = self._clock.now()
+            if not msg.retain and msg.payload.strip() == OFFLINE.encode():
+                _quiet_from[self._key_id] = now + QUIET     # for this key's next connection
+            step = self._greeting.status(msg.payload, bool(msg.retain), channel, now)
         elif msg.topic == self.topics.outbound:
             step = self._greeting.frame(msg.payload, channel)
         else:
@@ -209,7 +239,7 @@ class MqttTransport:
                 self._publish(data if isinstance(data, bytes) else data.encode("utf-8"))
 
     def _publish(self, payload: bytes, raising: bool = True) -> None:
-        info = self._client.publish(self.topics.inbound, payload, qos=1)
+        info = self._client.publish(self.topics.inbound, payload, qos=FRAME_QOS)
         if info.rc != MQTTErrorCode.MQTT_ERR_SUCCESS and raising:
             raise ConnectionLostError(
                 f"could not publish to the MQTT broker {self.where} "

@@ -3,6 +3,9 @@
 hivemind-mqtt-protocol (0.2.5a2) gives every access key three topics under the hub's prefix:
 `<prefix>/<key>/in` (satellite to hub), `<prefix>/<key>/out` (hub to satellite) and
 `<prefix>/<key>/status` (retained presence, "online"/"offline", the satellite's last will).
+Every "offline" drops the key's session on the hub, whoever says it, the hub included: it
+announces each session it drops so, and reads that back; so we say HELLO only once the topic
+has been quiet for `QUIET` s (`not_before`, across connections: the transport keeps it per key).
 The frames on them are the websocket's frames: HELLO and HANDSHAKE in plain JSON, then Noise
 transport messages. What differs, and is decided here from what the broker delivers and the
 clock readings the transport passes in:
@@ -29,6 +32,11 @@ from typing import Optional, Union
 from hivemind_chat_agent.errors import HiveMindChatError, HubSilentError
 
 HELLO_EVERY = 1.0    # seconds between our HELLOs while the hub has not answered
+# seconds of no "offline" on the key's status topic before we say HELLO: when a session of a
+# key ends, hivemind-mqtt-protocol (0.2.5a2) publishes "offline" for the key and, reading its
+# own message back a few ms later, drops whatever session the key has by then, so a HELLO said
+# within that echo starts a session the echo ends (and its end echoes on in turn)
+QUIET = 0.25
 ONLINE, OFFLINE = "online", "offline"   # hivemind-mqtt-protocol's presence payloads
 
 
@@ -100,11 +108,15 @@ class MqttGreeting:
         self._next_hello = float("inf")
         self.hellos = 0           # how many we sent
 
-    def subscribed(self, now: float) -> Step:
-        """The broker granted our subscriptions: say HELLO and report the link open."""
+    def subscribed(self, now: float, not_before: float = 0.0) -> Step:
+        """The broker granted our subscriptions: report the link open and say HELLO, unless
+        an "offline" of this key was heard less than QUIET ago (`not_before`: then at it)."""
         if self.phase is not Phase.CONNECTING:
             return Step()
         self.phase = Phase.GREETING
+        if now < not_before:
+            self._next_hello = not_before
+            return Step(open=True)
         return Step(hello=self._hello(now), open=True)
 
     def frame(self, raw: bytes, channel: bool) -> Step:
@@ -132,8 +144,9 @@ class MqttGreeting:
         a live "offline" is the hub dropping a session of this key."""
         if retained or payload.strip() != OFFLINE.encode() or self.phase is Phase.ENDED:
             return Step()
-        if self.phase is Phase.GREETING:     # the hub used our HELLO to drop a stale session
-            return Step(hello=self._hello(now))
+        if self.phase is Phase.GREETING:     # a session of the key ended (a stale one that
+            self._next_hello = now + QUIET    # our HELLO dropped, or its echo): HELLO again
+            return Step()                     # once the echoes are over
         if self.phase is Phase.ANSWERED:
             return self._reset("the hub closed this access key's session"
                                + ("" if channel else " during the handshake"))
