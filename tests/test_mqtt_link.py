@@ -2,6 +2,7 @@
 session ending under us), the mqtt:// config, a reset's turns on HubLink and CarriedTurns, and
 the one-connection-per-key rule. No broker, no socket, no sleep (clock readings passed in)."""
 import pytest
+from fake_clock import FakeClock
 from test_hub_link import SESSION, handshake
 
 from hivemind_chat_agent.client.config import ClientConfig
@@ -161,8 +162,6 @@ def test_a_reset_during_the_handshake_is_a_failed_connect(tmp_path):
 
 
 def test_only_the_turns_that_got_nothing_back_are_unsent():
-    from fake_clock import FakeClock
-
     from hivemind_chat_agent.client.carried_turns import CarriedTurns
     from hivemind_chat_agent.client.session_book import SessionBook
     from hivemind_chat_agent.core.turns import Progress
@@ -204,3 +203,84 @@ def test_a_second_connection_on_one_key_through_one_broker_is_refused(monkeypatc
         mqtt_transport._free(("broker", 1883, "other", "K"), 2)
     mqtt_transport._claim(key, 2, "b")
     mqtt_transport._free(key, 2)
+
+
+# ---- the turn the hub never read, sent again by its driver ----
+
+class TwoConnections:
+    """A pool for one turn's driver: `first`, then (after a discard) `second`."""
+
+    def __init__(self, first, second, clock):
+        from hivemind_chat_agent.client.churn_gate import ChurnGate
+        self.conns, self.leases, self.discarded = [first, second], 0, []
+        self.gate = ChurnGate(0, stagger=0, clock=clock)
+
+    def acquire(self, session, abandonment=None):
+        self.leases += 1
+        return self.conns[min(len(self.discarded), 1)]
+
+    def release(self, conn):
+        self.leases -= 1
+
+    def discard(self, session_id):
+        self.discarded.append(session_id)
+
+
+def drive_through_a_reset(tmp_path, speak_first):
+    """A turn on a hub that keeps no turn records (a stock one); the hub's session ends under
+    it (`on_session_reset`, as MqttTransport reports it), after a sentence or before any."""
+    import threading
+    from types import SimpleNamespace
+
+    from ovos_bus_client.message import Message
+    from ovos_bus_client.session import Session
+    from test_connection_routing import ready_connection, say
+    from test_turns import Host
+
+    from hivemind_chat_agent.client.chat_turn import ChatTurn
+    from hivemind_chat_agent.client.turn_driver import TurnDriver
+    from hivemind_chat_agent.core.protocol_names import TURN_TAG_KEY
+    clock = FakeClock()
+    first = ready_connection(tmp_path / "1", clock=clock)
+    second = ready_connection(tmp_path / "2", clock=clock)
+    pool = TwoConnections(first, second, clock)
+    host = Host(pool, first.config)
+    assert not host.hub_keeps_turns
+    session_lock = SimpleNamespace(lock=threading.Lock())
+    session_lock.lock.acquire()
+    driver = TurnDriver(host, "mine", session_lock)
+    turn = driver.turn = ChatTurn("mine", "hello", "en-US")
+    driver.send(Session("mine"), "hello")
+    tag = driver.handle.turn.tag
+    if speak_first:
+        say(first, "half an answer", tag)
+    first.on_session_reset("the hub started a new session for this access key")
+
+    def answer_on_second():
+        from hivemind_bus_client.message import HiveMessage, HiveMessageType
+        say(second, "the whole answer", tag)
+        second.on_socket_message(HiveMessage(HiveMessageType.BUS, payload=Message(
+            "ovos.utterance.handled", {}, {"session": {"session_id": "mine"},
+                                           TURN_TAG_KEY: tag})))
+    clock.call_later(1, answer_on_second)
+    driver.adopt()
+    driver.run()
+    return turn, pool, first, second
+
+
+def test_a_turn_the_hub_never_read_is_sent_again_on_a_new_session_even_on_a_stock_hub(
+        tmp_path):
+    from hivemind_chat_agent.core.outcomes import TurnStatus
+    turn, pool, first, second = drive_through_a_reset(tmp_path, speak_first=False)
+    assert turn.status is TurnStatus.ANSWERED, turn.get_exception()
+    assert turn.sentences == ["the whole answer"] and pool.discarded == ["mine"]
+    assert not first.alive and pool.leases == 0
+
+
+def test_a_turn_that_had_begun_to_answer_is_not_sent_again(tmp_path):
+    from hivemind_chat_agent.core.outcomes import TurnStatus
+    from hivemind_chat_agent.errors import ConnectionLostError
+    turn, pool, _first, _second = drive_through_a_reset(tmp_path, speak_first=True)
+    assert turn.status is TurnStatus.LOST
+    assert isinstance(turn.get_exception(), ConnectionLostError)
+    assert turn.sentences == ["half an answer"]
