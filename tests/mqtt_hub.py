@@ -4,6 +4,7 @@ websocket, our hub plugin answering both: tests/hub_venvs.py's mqtt-hub-5 (hivem
 benchmarks/bench_mqtt.py."""
 import json
 import os
+from typing import Optional
 
 from hubs import HubProcess, plugin_config
 from servers import MosquittoServer
@@ -17,9 +18,12 @@ PREFIX = "hm-test"   # the hub's topic_prefix
 class MqttHub:
     """The mqtt-hub-5 hub: websocket and MQTT network protocols, our plugin answering both."""
 
-    def __init__(self, broker: MosquittoServer, idle_timeout: float = 300, **knobs):
+    def __init__(self, broker: MosquittoServer, idle_timeout: float = 300,
+                 agent_protocol: Optional[dict] = None, **knobs):
+        """`agent_protocol`: another plugin than ours (`knobs`: our plugin's settings)."""
         self.broker = broker
-        self.hub = HubProcess(plugin_config(**knobs), generation="5", venv="mqtt-hub-5")
+        self.hub = HubProcess(agent_protocol or plugin_config(**knobs), generation="5",
+                              venv="mqtt-hub-5")
         path = os.path.join(hub_environment(self.hub.home)["XDG_CONFIG_HOME"], "hivemind-core",
                             "server.json")
         with open(path) as f:
@@ -34,6 +38,11 @@ class MqttHub:
         """Start (or start again) the hub; return once it has subscribed to its MQTT topics
         for the `connected`-th time (its log is kept across restarts)."""
         self.hub.start()
+        return self.connected(connected)
+
+    def connected(self, times: int = 1) -> "MqttHub":
+        """Wait until the hub's MQTT protocol has connected to the broker `times` times."""
+        connected = times
         if not wait_until(lambda: self.hub.logs().count("[MQTT] Connected to broker")
                           >= connected, 30):
             raise RuntimeError("the hub's MQTT protocol did not connect to the broker:\n"

@@ -211,6 +211,31 @@ def test_a_turn_sent_into_a_session_the_hub_no_longer_has_is_sent_again_and_runs
         hub.cleanup()
 
 
+def test_the_stock_ovos_agent_plugin_answers_our_mqtt_client(broker, keys, make_agent):
+    """The same 5.x hub with the stock hivemind-ovos-agent-plugin 0.5.3a1 in front of a genuine
+    ovos-messagebus and an answering service (tests/stock_hub.py's, from the hub-4.0 venv)."""
+    from stock_hub import STOCK_PLUGIN, StockOVOSHub
+    stock = StockOVOSHub()
+    hub = MqttHub(broker, agent_protocol={"module": STOCK_PLUGIN, STOCK_PLUGIN: {
+        "host": "127.0.0.1", "port": stock.bus_port}})
+    conf = os.path.join("config", "mycroft", "mycroft.conf")   # the bus's port
+    os.makedirs(os.path.dirname(os.path.join(hub.hub.home, conf)), exist_ok=True)
+    with open(os.path.join(stock.home, conf)) as f:
+        mycroft = {**json.load(f), "log_level": "INFO"}   # the hub logs its MQTT connect
+    with open(os.path.join(hub.hub.home, conf), "w") as f:
+        json.dump(mycroft, f)
+    stock.hub.cleanup()                       # the 4.0 hub it made: this 5.x one instead
+    stock.hub, stock.home = hub.hub, hub.hub.home
+    try:
+        stock.start()                         # the bus, the answering service, the hub
+        hub.connected()
+        agent = make_agent(hub.client(noise_key_dir=keys))
+        assert agent.get_response("hello", session_id="stock-a") == "you said hello"
+        assert agent.get_response("again", session_id="stock-b") == "you said again"
+    finally:
+        stock.cleanup()
+
+
 def test_the_command_line_takes_the_same_host(mqtt_hub, tmp_path):
     import subprocess
     import sys
