@@ -189,6 +189,7 @@ def test_only_the_turns_that_got_nothing_back_are_unsent():
 # ---- one connection per key ----
 
 def test_a_second_connection_on_one_key_through_one_broker_is_refused(monkeypatch):
+    pytest.importorskip("paho.mqtt", reason="needs the [mqtt] extra (in [test])")
     from hivemind_chat_agent.client import mqtt_transport
     monkeypatch.setattr(mqtt_transport, "KEY_FREED_WITHIN", 0.05)
     key = ("broker", 1883, "hivemind", "K")
