@@ -127,6 +127,10 @@ def test_an_mqtt_host_names_a_broker_with_its_default_ports_and_the_hubs_prefix(
     assert "pw" not in repr(s)
     assert cfg(host="mqtt://b:1999").port == 1999 and cfg(host="mqtt://b", port=7).port == 7
     assert cfg(host="ws://hub").transport == "websocket"
+    # one session per key: every conversation shares the one connection
+    one = cfg(host="mqtt://b", shared_connections=4, share_connections=False)
+    assert (one.shared_connections, one.share_connections, one.spare_connections) == \
+        (1, True, 0)
 
 
 @pytest.mark.parametrize("extra,what", [

@@ -71,6 +71,28 @@ def test_answers_history_and_sessions_over_mqtt(mqtt_hub, keys, make_agent):
     assert [text for _, text in history][-2:] == ["recall", "you said the blue door"]
 
 
+def test_many_sessions_at_once_share_the_keys_one_connection_with_no_crosstalk(
+        mqtt_hub, keys, make_agent):
+    import threading
+    agent = make_agent(mqtt_hub.client(noise_key_dir=keys))
+    agent.get_response("hello", session_id="warm")
+    answers, errors = {}, []
+
+    def turn(k):
+        try:
+            answers[k] = agent.get_response(f"echo many {k}", session_id=f"many-{k}")
+        except Exception as e:   # noqa: BLE001 - collected and asserted below
+            errors.append(e)
+    threads = [threading.Thread(target=turn, args=(k,)) for k in range(24)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    assert answers == {k: f"you said echo many {k}" for k in range(24)}
+    assert len(agent.pool) == 1
+
+
 def test_a_stop_ends_the_answer_and_the_next_turn_runs(mqtt_hub, keys, make_agent):
     agent = make_agent(mqtt_hub.client(noise_key_dir=keys))
     turn = agent.begin(user("talk 100 0.1"), session_id="m-stop")

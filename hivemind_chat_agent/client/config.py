@@ -110,6 +110,8 @@ class ClientConfig:
         if default_sid == "default":
             raise ConfigurationError('default_session_id cannot be "default": a hub drops '
                                      "non-admin clients that use it")
+        if mqtt:   # one session per access key on such a hub: every session shares it
+            shared, spares, config = 1, 0, {**config, "share_connections": True}
         return cls(host=host, port=port, key=key, password=str(config["password"]),
                    secure=secure, self_signed=self_signed, ca_file=ca_file,
                    site_id=config.get("site_id") or None,
