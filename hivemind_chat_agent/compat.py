@@ -18,6 +18,11 @@ Each entry: the library and versions it targets, why, and the upstream fix that 
 - `register_session`: ovos-bus-client 1.x `SessionManager.__lock`, 2.x `SessionManager._lock`.
   2.x keeps only the default Session in the registry; agents, personas and skills of this
   process still look conversations up there by id (2.x's intended model: nothing to fix).
+- `paho_writes_on_loop_thread`: paho-mqtt 2.x `Client._thread`. A publish from a thread other
+  than the one running `loop()` writes to the socket at once, while the loop thread may be
+  reading it: over mqtts:// two threads then share one OpenSSL object (a lost connection in a
+  test). Naming the loop's thread as paho's own makes a publish queue its packet and wake the
+  loop, which writes it. Fix: a paho option to write from the loop only.
 - `socket_handler` (reads, patches nothing): hivemind-websocket-protocol 0.0.x `send_msg`'s
   closure. 4.0's `send_msg` drops the write's Future and asyncio logs each failed one. Fix:
   return the Future from `send_msg`.
@@ -82,6 +87,15 @@ def watch_v4_decoding(mark: Callable[[Any, Any], None]) -> bool:
         return message
     setattr(decode, _WATCHED, True)
     HiveMindClientConnection.decode = decode
+    return True
+
+
+def paho_writes_on_loop_thread(client: Any, thread: Any) -> bool:
+    """Make paho-mqtt's `client` leave every write to `thread`, the one that runs its
+    `loop()`; False if this paho has no such attribute."""
+    if not hasattr(client, "_thread"):
+        return False
+    client._thread = thread
     return True
 
 

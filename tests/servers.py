@@ -171,10 +171,14 @@ class MosquittoServer(ServerProcess):
     again keep the port. `users` ({name: password}): the broker then refuses anyone else."""
 
     def __init__(self, directory: str, port: Optional[int] = None,
-                 users: "Optional[dict[str, str]]" = None):
+                 users: "Optional[dict[str, str]]" = None,
+                 tls: "Optional[tuple[str, str, str]]" = None):
+        """`tls`: (CA file, certificate, key): a second listener on `tls_port`, with TLS."""
         self.directory = directory
         self.port = port or free_port()
         self.users = dict(users or {})
+        self.tls = tls
+        self.tls_port = free_port() if tls else None
         self.process: Optional[subprocess.Popen] = None
 
     def start(self) -> "MosquittoServer":
@@ -193,6 +197,10 @@ class MosquittoServer(ServerProcess):
             lines += ["allow_anonymous false", f"password_file {passwords}"]
         else:
             lines.append("allow_anonymous true")
+        if self.tls:
+            cafile, certfile, keyfile = self.tls
+            lines += [f"listener {self.tls_port} 127.0.0.1", f"cafile {cafile}",
+                      f"certfile {certfile}", f"keyfile {keyfile}"]
         with open(config, "w") as f:
             f.write("\n".join(lines) + "\n")
         self.spawn([need("mosquitto"), "-c", config], "mosquitto.log", self._listening)

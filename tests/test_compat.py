@@ -68,3 +68,14 @@ def test_a_4_0_hubs_connection_still_decodes_where_the_watch_wraps_it():
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout.strip().splitlines()[-1]) == {
         "wrapped": True, "key": True, "decode": True, "handler": True}
+
+
+def test_paho_still_has_the_thread_attribute_its_loop_thread_is_named_by():
+    import threading
+
+    import pytest
+    mqtt = pytest.importorskip("paho.mqtt.client")
+    from paho.mqtt.enums import CallbackAPIVersion
+    client = mqtt.Client(callback_api_version=CallbackAPIVersion.VERSION2, client_id="c")
+    assert compat.paho_writes_on_loop_thread(client, threading.current_thread())
+    assert client._thread is threading.current_thread()

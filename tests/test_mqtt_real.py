@@ -165,6 +165,29 @@ def test_a_broker_refusing_our_credentials_is_a_typed_error(tmp_path, keys, make
         broker.stop()
 
 
+def test_mqtts_verifies_the_brokers_certificate_against_ca_file(tmp_path, keys, make_agent):
+    from test_tls import issue
+
+    from hivemind_chat_agent import HubUnreachableError
+    ca = issue(str(tmp_path / "pki"), "ca", ca=True)
+    cert = issue(str(tmp_path / "pki"), "broker", ips=["127.0.0.1"], issuer=ca)
+    broker = MosquittoServer(str(tmp_path / "tls"),
+                             tls=(ca.cert_path, cert.cert_path, cert.key_path)).start()
+    hub = MqttHub(broker)         # the hub on the plain listener, the client on TLS
+    try:
+        hub.start()
+        config = {**hub.client(noise_key_dir=keys),
+                  "host": f"mqtts://127.0.0.1:{broker.tls_port}"}
+        with pytest.raises(HubUnreachableError, match="TLS"):
+            make_agent({**config, "connect_timeout": 5}).get_response("hello")
+        agent = make_agent({**config, "ca_file": ca.cert_path})
+        assert agent.get_response("hello", session_id="tls") == "hello there"
+        assert agent.pool.peek("tls").config.secure
+    finally:
+        hub.cleanup()
+        broker.stop()
+
+
 def test_a_broker_restart_between_turns_loses_nothing_and_runs_nothing_twice(
         mqtt_hub, keys, make_agent):
     agent = make_agent(mqtt_hub.client(noise_key_dir=keys))

@@ -29,7 +29,7 @@ from hivemind_bus_client.util import serialize_message
 from ovos_utils.log import LOG
 from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode
 
-from hivemind_chat_agent import background
+from hivemind_chat_agent import background, compat
 from hivemind_chat_agent.client.config import ClientConfig
 from hivemind_chat_agent.client.transport import SocketOwner, hand_over
 from hivemind_chat_agent.core.clock import Clock
@@ -134,6 +134,7 @@ class MqttTransport:
 
     def _run(self) -> None:
         client, cfg = self._client, self._config
+        compat.paho_writes_on_loop_thread(client, threading.current_thread())
         try:
             client.connect(cfg.host, cfg.port, keepalive=KEEPALIVE)
         except Exception as e:   # refused, unreachable, timed out, TLS
