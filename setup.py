@@ -52,6 +52,11 @@ EXTRAS = {
     # (a CollectorRegistry per plugin, choose_encoder, Gauge.set_function: all in 0.17, the
     # oldest release the range lets in; the suite runs 0.26.0). No dependencies of its own
     "metrics": ["prometheus-client>=0.17,<1"],
+    # `host: "mqtt://BROKER"`: the client through an MQTT broker (hivemind-mqtt-protocol's
+    # topics). paho-mqtt: Eclipse's maintained client, the one the hub's MQTT plugin runs on,
+    # with a plain socket loop that fits the client's one-reading-thread-per-connection model;
+    # 2.0 brought the callback API version 2 used here
+    "mqtt": ["paho-mqtt>=2.0,<3"],
     # benchmarks/bench_hub.py: the stock HiveMind -> OVOS path it measures our plugin against
     # the checks .ci/check and .ci/run make before the tests: lint and import order (ruff.toml),
     # types (mypy.ini)
@@ -61,7 +66,7 @@ EXTRAS = {
 }
 EXTRAS["test"] = sorted(set(EXTRAS["hub"] + EXTRAS["demo"] + EXTRAS["wyoming"] +
                             EXTRAS["redis"] + EXTRAS["openai"] + EXTRAS["mcp"] +
-                            EXTRAS["a2a"] + EXTRAS["metrics"]) | {
+                            EXTRAS["a2a"] + EXTRAS["metrics"] + EXTRAS["mqtt"]) | {
     "pytest>=8", "pexpect>=4.8", "ovos-persona>=0.9.0a1",
     "openai>=1.40"})     # the official client, as Open WebUI-style callers use the API
 

@@ -24,7 +24,8 @@ _ERRORS = ("HiveMindChatError", "ConfigurationError", "MissingExtraError",
            "HubEngineError", "HubBackendUnavailableError", "UnsupportedHubError",
            "ClientKeyRefusedError",
            "HubKeyChangedError", "HubCertificateError", "HubCertificateChangedError",
-           "PolicyDeniedError", "IdentifierTooLongError")
+           "PolicyDeniedError", "IdentifierTooLongError", "HubSilentError",
+           "BrokerRefusedError", "AccessKeyInUseError", "HubSessionDroppedError")
 _EXPORTS.update((name, "hivemind_chat_agent.errors") for name in _ERRORS)
 # the extra whose packages a public name needs beyond the client's
 _EXTRA_OF = {"ChatAgentProtocol": "hub"}

@@ -24,11 +24,16 @@ Each entry: the library and versions it targets, why, and the upstream fix that 
   call, DEBUG lines below the level included: under one satellite's flood that was 60-64% of
   a 4.0 hub's IO loop (a profile of benchmarks/bench_ovos_flood.py). Replaced by the caller-
   frame lookup 0.15 has: the same logger names. Fix: upgrade to ovos-utils 0.15.
-- `pace_websocket_reads`: hivemind-websocket-protocol (0.0.x on 4.0, 0.2.x on 5.x)
+- `pace_websocket_reads`: hivemind-websocket-protocol (0.0.x on 4.0, 1.0.x on 5.x)
   `HiveMindTornadoWebSocket.on_message`. Every frame's handling is timed and charged to its
   connection's share of the IO loop (core/loop_share.py); a connection over its share has its
   next frame read later (tornado waits for `on_message`'s awaitable), so one satellite's flood
   cannot hold up the others' frames. Fix: a per-connection read budget in hivemind-core.
+- `paho_writes_on_loop_thread`: paho-mqtt 2.x `Client._thread`. A publish from a thread other
+  than the one running `loop()` writes to the socket at once, while the loop thread may be
+  reading it: over mqtts:// two threads then share one OpenSSL object (a lost connection in a
+  test). Naming the loop's thread as paho's own makes a publish queue its packet and wake the
+  loop, which writes it. Fix: a paho option to write from the loop only.
 - `socket_handler` (reads, patches nothing): hivemind-websocket-protocol 0.0.x `send_msg`'s
   closure. 4.0's `send_msg` drops the write's Future and asyncio logs each failed one. Fix:
   return the Future from `send_msg`.
@@ -136,6 +141,15 @@ def watch_v4_decoding(mark: Callable[[Any, Any], None]) -> bool:
         return message
     setattr(decode, _WATCHED, True)
     HiveMindClientConnection.decode = decode
+    return True
+
+
+def paho_writes_on_loop_thread(client: Any, thread: Any) -> bool:
+    """Make paho-mqtt's `client` leave every write to `thread`, the one that runs its
+    `loop()`; False if this paho has no such attribute."""
+    if not hasattr(client, "_thread"):
+        return False
+    client._thread = thread
     return True
 
 

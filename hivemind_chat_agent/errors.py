@@ -114,3 +114,26 @@ class ReplyNotSent(HiveMindChatError):
 class ConversationStoreError(HiveMindChatError):
     """A hub's conversation store (Redis, for replicas) did not answer: the turn was not run.
     Try again once the store is back; the hub reconnects to it by itself."""
+
+
+class HubSilentError(HubUnreachableError):
+    """MQTT: the broker took our HELLO but no hub answered on the key's topics in time. Over
+    MQTT a hub that does not know the access key says nothing at all (there is no close code
+    to carry a refusal), so the message names everything that can cause it: the key not
+    registered on the hub, another topic prefix, the hub not connected to this broker."""
+
+
+class HubSessionDroppedError(HubUnreachableError):
+    """MQTT: the hub dropped this key's session while our handshake was under way (its own
+    "offline" for the key, queued through a broker restart, can do that); the connect is made
+    again once."""
+
+
+class BrokerRefusedError(AuthenticationError):
+    """MQTT: the broker refused the connection (its username or password, or its ACL)."""
+
+
+class AccessKeyInUseError(HiveMindChatError):
+    """MQTT: a hub keeps one session per access key (its topics are the key's), so a second
+    connection on the same key through the same broker would break both; this process has one
+    open already. Give each agent (each satellite) an access key of its own."""

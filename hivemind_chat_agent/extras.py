@@ -22,6 +22,7 @@ EXTRA_MODULES: Dict[str, Tuple[str, ...]] = {
     "mcp": ("mcp",),
     "a2a": ("a2a", "starlette", "sse_starlette", "uvicorn"),
     "metrics": ("prometheus_client",),
+    "mqtt": ("paho",),
 }
 
 

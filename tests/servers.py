@@ -1,5 +1,5 @@
-"""Real servers from Debian's packages for the tests (redis-server; haproxy), each on a free
-loopback port, in a directory of its own, stopped by its PID."""
+"""Real servers from Debian's packages for the tests (redis-server; haproxy; mosquitto), each on
+a free loopback port, in a directory of its own, stopped by its PID."""
 import os
 import shutil
 import socket
@@ -163,3 +163,49 @@ class HAProxy(ServerProcess):
     def wait_until(self, condition, timeout: float = 20.0) -> bool:
         """Whether `condition(self.servers())` held within `timeout` seconds."""
         return bool(wait_until(lambda: condition(self.servers()), timeout, poll=0.1))
+
+
+class MosquittoServer(ServerProcess):
+    """Debian's mosquitto on 127.0.0.1, in the foreground, no persistence (a restart forgets
+    every retained message and session, as a broker that crashed does); `stop()` and `start()`
+    again keep the port. `users` ({name: password}): the broker then refuses anyone else."""
+
+    def __init__(self, directory: str, port: Optional[int] = None,
+                 users: "Optional[dict[str, str]]" = None,
+                 tls: "Optional[tuple[str, str, str]]" = None):
+        """`tls`: (CA file, certificate, key): a second listener on `tls_port`, with TLS."""
+        self.directory = directory
+        self.port = port or free_port()
+        self.users = dict(users or {})
+        self.tls = tls
+        self.tls_port = free_port() if tls else None
+        self.process: Optional[subprocess.Popen] = None
+
+    def start(self) -> "MosquittoServer":
+        os.makedirs(self.directory, exist_ok=True)
+        config = os.path.join(self.directory, "mosquitto.conf")
+        # as root it would drop to the mosquitto user, who cannot read a test's folders
+        lines = [f"listener {self.port} 127.0.0.1", "persistence false", "user root",
+                 "set_tcp_nodelay true",
+                 "log_dest stdout", "log_type error", "log_type warning", "log_type notice"]
+        if self.users:
+            passwords = os.path.join(self.directory, "passwords")
+            open(passwords, "w").close()
+            for name, secret in self.users.items():
+                subprocess.run([need("mosquitto_passwd"), "-b", passwords, name, secret],
+                               check=True, capture_output=True)
+            lines += ["allow_anonymous false", f"password_file {passwords}"]
+        else:
+            lines.append("allow_anonymous true")
+        if self.tls:
+            cafile, certfile, keyfile = self.tls
+            lines += [f"listener {self.tls_port} 127.0.0.1", f"cafile {cafile}",
+                      f"certfile {certfile}", f"keyfile {keyfile}"]
+        with open(config, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        self.spawn([need("mosquitto"), "-c", config], "mosquitto.log", self._listening)
+        return self
+
+    def _listening(self) -> bool:
+        socket.create_connection(("127.0.0.1", self.port), 0.5).close()
+        return True

@@ -111,3 +111,14 @@ def test_a_current_ovos_utils_log_is_left_alone():
     real = LOG._get_real_logger
     assert compat.name_loggers_cheaply() is False
     assert LOG._get_real_logger == real
+
+
+def test_paho_still_has_the_thread_attribute_its_loop_thread_is_named_by():
+    import threading
+
+    import pytest
+    mqtt = pytest.importorskip("paho.mqtt.client")
+    from paho.mqtt.enums import CallbackAPIVersion
+    client = mqtt.Client(callback_api_version=CallbackAPIVersion.VERSION2, client_id="c")
+    assert compat.paho_writes_on_loop_thread(client, threading.current_thread())
+    assert client._thread is threading.current_thread()

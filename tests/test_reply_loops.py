@@ -47,23 +47,33 @@ def test_a_thread_running_a_loop_gets_that_loop():
 
 
 def test_a_timer_set_from_another_thread_runs_on_the_loop_and_a_cancel_holds():
+    """Three timers set from this thread: one kept, one cancelled before the loop could arm
+    it (the loop held meanwhile), one cancelled once armed and due (the loop held past its
+    due time, so the cancel and the timer reach the loop together): only the first runs."""
     own = OwnLoop()
     try:
         clock, ran, later = PluginClock(own), [], threading.Event()
         clock.call_later(0.01, lambda: ran.append(("kept", threading.get_ident())))
-        cancel_now = clock.call_later(0.0, lambda: ran.append(("cancelled at once", 0)))
-        cancel_now()                      # before the loop has even armed it
-        cancel_armed = clock.call_later(0.01, lambda: ran.append(("cancelled armed", 0)))
-        held, cancelled = threading.Event(), threading.Event()
 
-        def hold():                       # FIFO: runs once that timer is armed
-            held.set()
-            cancelled.wait(BOUND)
-            time.sleep(0.02)              # on the loop: the timer falls due behind the cancel
-        own.get().add_callback(hold)
-        assert held.wait(BOUND)
-        cancel_armed()                    # queued while the loop is held
-        cancelled.set()
+        def hold_loop(until: threading.Event, then_sleep: float = 0.0) -> None:
+            held = threading.Event()
+
+            def hold():
+                held.set()
+                until.wait(BOUND)
+                time.sleep(then_sleep)    # on the loop: a timer falls due meanwhile
+            own.get().add_callback(hold)
+            assert held.wait(BOUND)
+        go = threading.Event()
+        hold_loop(go)
+        cancel_now = clock.call_later(0.0, lambda: ran.append(("cancelled at once", 0)))
+        cancel_now()                      # its arming is queued behind the hold: never armed
+        go.set()
+        cancel_armed = clock.call_later(0.01, lambda: ran.append(("cancelled armed", 0)))
+        go_again = threading.Event()
+        hold_loop(go_again, then_sleep=0.02)     # FIFO: runs once that timer is armed
+        cancel_armed()                    # while the loop is held; due when it returns
+        go_again.set()
         clock.call_later(0.05, later.set)    # due after all of the above
         assert later.wait(BOUND)
         assert ran == [("kept", own.get().thread_id)]

@@ -14,7 +14,7 @@ import time
 from typing import Optional
 
 from hivemind_chat_agent import background
-from hivemind_chat_agent.bridges.cli_config import PASSWORD_ENV, agent_config
+from hivemind_chat_agent.bridges.cli_config import BROKER_PASSWORD_ENV, PASSWORD_ENV, agent_config
 from hivemind_chat_agent.bridges.serving import front_agent
 from hivemind_chat_agent.errors import ConfigurationError, HiveMindChatError, MissingExtraError
 from hivemind_chat_agent.extras import require
@@ -37,7 +37,9 @@ def build_parser(chat: bool = True) -> argparse.ArgumentParser:
                "(`hivemind-client set-identity`).")
     if chat:
         p.add_argument("utterance", nargs="*", help="say this once and exit; omit to chat")
-    p.add_argument("--host", help="hub address: 127.0.0.1, ws://… or wss://…")
+    p.add_argument("--host", help="hub address: 127.0.0.1, ws://… or wss://…; or an MQTT "
+                                  "broker a hivemind-mqtt-protocol hub is on: mqtt://… or "
+                                  "mqtts://…")
     p.add_argument("--port", type=int, help="hub port (default 5678)")
     p.add_argument("--key", help="access key registered on the hub")
     p.add_argument("--password", help="password registered on the hub; '-' asks for it "
@@ -50,6 +52,10 @@ def build_parser(chat: bool = True) -> argparse.ArgumentParser:
                    "against this PEM file (its CA or the certificate itself)")
     p.add_argument("--self-signed", action="store_true", help="wss://: pin the hub's "
                    "certificate at the first connection and accept only that one later")
+    p.add_argument("--topic-prefix", metavar="PREFIX", help="mqtt://: the hub's MQTT topic "
+                   "prefix (default hivemind)")
+    p.add_argument("--broker-username", metavar="NAME", help="mqtt://: the broker's username; "
+                   f"its password from {BROKER_PASSWORD_ENV}")
     if chat:
         p.add_argument("--session", default="default",
                        help="conversation id; turns with the same id share OVOS session "

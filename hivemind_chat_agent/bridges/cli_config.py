@@ -11,6 +11,7 @@ from hivemind_chat_agent.errors import ConfigurationError
 
 KEY_ENV = "HIVEMIND_CHAT_KEY"              # the hub access key, when not given as --key
 PASSWORD_ENV = "HIVEMIND_CHAT_PASSWORD"    # the hub password, when not given otherwise
+BROKER_PASSWORD_ENV = "HIVEMIND_CHAT_BROKER_PASSWORD"   # an MQTT broker's password
 
 
 def agent_config(args, out=None) -> dict:
@@ -20,6 +21,11 @@ def agent_config(args, out=None) -> dict:
                                 ("password", _password(args, out))) if v is not None}
     config.update(ca_file=getattr(args, "ca_file", None),
                   self_signed=getattr(args, "self_signed", False))
+    for key, value in (("topic_prefix", getattr(args, "topic_prefix", None)),
+                       ("broker_username", getattr(args, "broker_username", None)),
+                       ("broker_password", os.environ.get(BROKER_PASSWORD_ENV))):
+        if value:
+            config[key] = value
     config["timeout"] = args.timeout
     config["useragent"] = "hivemind-chat-cli"
     if not args.no_store:

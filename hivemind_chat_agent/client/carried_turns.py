@@ -25,6 +25,7 @@ from hivemind_chat_agent.core.turns import (
     Ended,
     EndReason,
     Event,
+    Progress,
     Routing,
     Sentence,
     Turn,
@@ -150,10 +151,15 @@ class CarriedTurns:
                 handle.error = error
                 handle.take(handle.turn.lose(str(error), EndReason.REFUSED))
 
-    def lose_all(self, reason: str, kind: EndReason = EndReason.NONE) -> None:
+    def lose_all(self, reason: str, kind: EndReason = EndReason.NONE,
+                 unsent: bool = False) -> None:
+        """End every open turn as lost; with `unsent`, those that got nothing back yet as
+        never read by the hub (EndReason.UNSENT: sent again)."""
         with self._lock:
             for handle in self._handles.values():
-                handle.take(handle.turn.lose(reason, kind))
+                waiting = handle.turn.state is Progress.WAITING
+                handle.take(handle.turn.lose(reason, EndReason.UNSENT if unsent and waiting
+                                             else kind))
 
     def route(self, reply: Reply, own_id: str,
               sharing: bool) -> Tuple[Optional[Reply], Optional[Routing], bool]:

@@ -11,6 +11,8 @@ from hivemind_chat_agent.core.refusals import UTTERANCE_TOPICS
 from hivemind_chat_agent.errors import ConfigurationError
 
 DEFAULT_PORT = 5678
+MQTT_PORTS = {False: 1883, True: 8883}   # mqtt://, mqtts:// (the IANA ports)
+MQTT_SCHEMES = ("mqtt://", "mqtts://")
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,12 @@ class ClientConfig:
     # every hub `host` names, in order, as (host, secure, port); host, secure and port above
     # are the first. A new connection tries the one that answered last, then the others.
     hubs: Tuple[Tuple[str, bool, int], ...] = ()
+    # "mqtt": host names an MQTT broker (mqtt:// or mqtts://), the hub a hivemind-mqtt-protocol
+    # hub on it (client/mqtt_transport.py); "websocket" otherwise
+    transport: str = "websocket"
+    topic_prefix: str = "hivemind"              # MQTT: the hub's topic_prefix
+    broker_username: Optional[str] = None       # MQTT: the broker's own credentials
+    broker_password: Optional[str] = field(default=None, repr=False)
 
     def with_hub(self, index: int) -> "ClientConfig":
         """This config for the `index`-th hub of `hubs`."""
@@ -56,6 +64,8 @@ class ClientConfig:
 
     @property
     def url_host(self) -> str:
+        if self.transport == "mqtt":
+            return f"{'mqtts' if self.secure else 'mqtt'}://{self.host}"
         return f"{'wss' if self.secure else 'ws'}://{self.host}"
 
     @classmethod
@@ -73,6 +83,9 @@ class ClientConfig:
                 f"no HiveMind {', '.join(missing)} configured: pass them in the agent config "
                 "or run `hivemind-client set-identity --key ... --password ... --host ...`")
         listed = _hub_list(config["host"])
+        mqtt = _mqtt_settings(config)
+        if mqtt.get("transport") == "mqtt" and not (config.get("port") or listed[0][2]):
+            config = {**config, "port": MQTT_PORTS[listed[0][1]]}
         host, secure, host_port = listed[0]
         (port, timeout, connect_timeout, max_connections, shared, spares, idle_timeout,
          store_max, store_ttl, churn_guard, max_frame, max_sessions, idle_ttl) = \
@@ -97,6 +110,8 @@ class ClientConfig:
         if default_sid == "default":
             raise ConfigurationError('default_session_id cannot be "default": a hub drops '
                                      "non-admin clients that use it")
+        if mqtt:   # one session per access key on such a hub: every session shares it
+            shared, spares, config = 1, 0, {**config, "share_connections": True}
         return cls(host=host, port=port, key=key, password=str(config["password"]),
                    secure=secure, self_signed=self_signed, ca_file=ca_file,
                    site_id=config.get("site_id") or None,
@@ -111,7 +126,7 @@ class ClientConfig:
                    plays_audio=_flag(config, "plays_audio", False),
                    churn_guard=churn_guard, max_frame_bytes=max_frame,
                    max_sessions=max_sessions, session_idle_ttl=idle_ttl,
-                   utterance_topic=topic, noise_key_dir=key_dir,
+                   utterance_topic=topic, noise_key_dir=key_dir, **mqtt,
                    hubs=((host, secure, port),) + tuple(
                        (h, s, p or int(config.get("port") or DEFAULT_PORT))
                        for h, s, p in listed[1:]))
@@ -220,11 +235,38 @@ def _hub_list(value: Any) -> List[Tuple[str, bool, Optional[int]]]:
     return [_split_host(str(value))]
 
 
+def _mqtt_settings(config: Dict[str, Any]) -> Dict[str, Any]:
+    """transport, topic_prefix and the broker's credentials, from `host`'s scheme and the
+    MQTT keys. Every hub of a list speaks the same transport; an MQTT one has no self_signed
+    pinning (a broker's certificate verifies against the system CAs or ca_file)."""
+    hosts = config["host"] if isinstance(config["host"], (list, tuple)) else [config["host"]]
+    kinds = {str(h).strip().startswith(MQTT_SCHEMES) for h in hosts}
+    if len(kinds) > 1:
+        raise ConfigurationError("host: a list cannot mix mqtt:// brokers and websocket hubs")
+    if not kinds.pop():
+        return {}
+    if _flag(config, "self_signed", False):
+        raise ConfigurationError("self_signed is for wss:// hubs; an mqtts:// broker's "
+                                 "certificate verifies against the system CAs or ca_file")
+    prefix = str(config.get("topic_prefix") or "hivemind").strip("/")
+    if not prefix or any(c in prefix for c in "+#"):
+        raise ConfigurationError("topic_prefix must be the hub's MQTT topic prefix, without "
+                                 "wildcards (+ #); hivemind-mqtt-protocol's default is "
+                                 '"hivemind"')
+    user, secret = config.get("broker_username"), config.get("broker_password")
+    if secret and not user:
+        raise ConfigurationError("broker_password needs broker_username")
+    return {"transport": "mqtt", "topic_prefix": prefix,
+            "broker_username": str(user) if user else None,
+            "broker_password": str(secret) if secret else None}
+
+
 def _split_host(host: str):
-    """("wss://hub.lan:5678/") -> ("hub.lan", True, 5678); the port part is optional."""
+    """("wss://hub.lan:5678/") -> ("hub.lan", True, 5678); the port part is optional.
+    mqtt:// and mqtts:// (a broker) read the same way."""
     host = host.strip()
-    secure = host.startswith("wss://")
-    for prefix in ("wss://", "ws://"):
+    secure = host.startswith(("wss://", "mqtts://"))
+    for prefix in ("wss://", "ws://", "mqtts://", "mqtt://"):
         if host.startswith(prefix):
             host = host[len(prefix):]
     host = host.rstrip("/")
@@ -236,7 +278,7 @@ def _split_host(host: str):
         port = int(port_text)
     if not host or "/" in host:
         raise ConfigurationError(f"invalid host {host!r} in agent config: use 127.0.0.1, "
-                                 "ws://host or wss://host")
+                                 "ws://host, wss://host, mqtt://broker or mqtts://broker")
     return host, secure, port
 
 

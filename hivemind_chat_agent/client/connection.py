@@ -268,6 +268,9 @@ class HubConnection:
         self._feed(self.link.untrusted, opened, self.config.max_frame_bytes)
 
     def on_socket_error(self, error: Any) -> None:
+        if isinstance(error, HiveMindChatError):   # the transport knew why (a pinned
+            self._feed(self.link.failed, error)     # certificate, an MQTT hub's silence)
+            return
         if isinstance(error, WebSocketConnectionClosedException) and self.link.was_opened:
             return   # the hub's close frame: on_socket_close follows with its code and reason
         if not self.link.was_opened:
@@ -283,6 +286,11 @@ class HubConnection:
 
     def on_socket_close(self, code: Any, reason: str) -> None:
         self._feed(self.link.closed, code, reason)
+
+    def on_session_reset(self, reason: str) -> None:
+        """MQTT: the hub's session of our key ended unannounced; turns it never read are
+        sent again on a new connection (turn_driver)."""
+        self._feed(self.link.session_reset, reason)
 
     # ---- carrying out what the link decided ----
     def _feed(self, link_input: Callable[..., Decision], *args: Any) -> None:
@@ -313,7 +321,7 @@ class HubConnection:
             reason, kind = decision.lose_turns
             if kind:
                 LOG.warning(f"closing the connection to the hub: {reason}")
-            self.turns.lose_all(reason, kind)
+            self.turns.lose_all(reason, kind, decision.unsent)
         if decision.close or decision.failed is not None:
             self._stop_transport()
 

@@ -24,9 +24,11 @@ from hivemind_chat_agent.core.clock import Clock
 from hivemind_chat_agent.errors import (
     AgentClosedError,
     HandshakeTimeoutError,
+    HubSessionDroppedError,
     HubUnreachableError,
 )
 
+SESSION_DROPPED_RETRIES = 2   # connects made again after the hub dropped a handshake (MQTT)
 ConnectionFactory = Callable[[ClientConfig, Optional[Session]], HubConnection]
 Place = Callable[[HubConnection, str], List[HubConnection]]   # lock held; returns to close
 
@@ -165,7 +167,7 @@ class Connector:
         order = [self._preferred] + [i for i in range(hubs) if i != self._preferred]
         for attempt, index in enumerate(order):
             try:
-                conn = self._open_at(self.config.with_hub(index), session, abandonment)
+                conn = self._open_once_more(self.config.with_hub(index), session, abandonment)
             except (HubUnreachableError, HandshakeTimeoutError) as e:
                 if attempt == len(order) - 1:
                     raise
@@ -182,6 +184,17 @@ class Connector:
         where = (config.host, config.secure, config.port)
         if len(hubs) > 1 and hubs[self._preferred] == where:
             self._preferred = (self._preferred + 1) % len(hubs)
+
+    def _open_once_more(self, config: ClientConfig, session: Optional[Session],
+                        abandonment: Optional[Abandonment]) -> HubConnection:
+        """`_open_at`, again (twice at most) if the hub dropped our session during the
+        handshake (MQTT: a new session is a new HELLO away)."""
+        for _ in range(SESSION_DROPPED_RETRIES):
+            try:
+                return self._open_at(config, session, abandonment)
+            except HubSessionDroppedError as e:
+                LOG.info(f"{e}; connecting again")
+        return self._open_at(config, session, abandonment)
 
     def _open_at(self, config: ClientConfig, session: Optional[Session],
                  abandonment: Optional[Abandonment]) -> HubConnection:

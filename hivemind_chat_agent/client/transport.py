@@ -59,6 +59,9 @@ class SocketOwner(Protocol):
 
     def on_socket_close(self, code: Any, reason: str) -> None: ...
 
+    def on_session_reset(self, reason: str) -> None:
+        """MQTT only: the hub's session of our key ended without a close."""
+
 
 def garbled(error: Any) -> bool:
     """Did websocket-client give up on the bytes (bad UTF-8, broken framing) rather than see
@@ -96,6 +99,29 @@ def _authorization(useragent: str, key: str) -> str:
 def hub_url(cfg: ClientConfig, useragent: str) -> str:
     """The upgrade request's URL. It carries the access key: never log it (`redact`)."""
     return f"{cfg.url_host}:{cfg.port}?authorization={_authorization(useragent, cfg.key)}"
+
+
+def hand_over(owner: SocketOwner, raw: Any, channel: Optional[SecureChannel],
+              max_bytes: int) -> None:
+    """One frame from the hub through the frame gate to `owner` (every transport's path)."""
+    opened = open_frame(raw, channel, max_bytes)
+    if opened.verdict is Verdict.MORE:
+        return
+    if opened.verdict is Verdict.OK:
+        message = opened.message
+        if message is None or message.msg_type == HiveMessageType.BINARY:
+            return     # we asked for no binary payloads
+        try:
+            owner.on_socket_message(message)
+        except Exception as e:  # a hostile message must not end the socket thread
+            LOG.debug(f"ignoring unusable message from hub: {type(e).__name__}")
+    elif opened.verdict is Verdict.DROP:
+        if channel is not None:
+            LOG.warning(f"dropped a frame from the hub: {opened.why}")
+        else:
+            LOG.debug(f"ignoring frame before the handshake: {opened.why}")
+    else:
+        owner.on_socket_untrusted(opened)
 
 
 class Transport:
@@ -153,24 +179,7 @@ class Transport:
 
     def _on_message(self, _app, raw: Any) -> None:
         self._ack_now()
-        opened = open_frame(raw, self.channel, self._config.max_frame_bytes)
-        if opened.verdict is Verdict.MORE:
-            return
-        if opened.verdict is Verdict.OK:
-            message = opened.message
-            if message is None or message.msg_type == HiveMessageType.BINARY:
-                return     # we asked for no binary payloads
-            try:
-                self._owner.on_socket_message(message)
-            except Exception as e:  # a hostile message must not end the socket thread
-                LOG.debug(f"ignoring unusable message from hub: {type(e).__name__}")
-        elif opened.verdict is Verdict.DROP:
-            if self.channel is not None:
-                LOG.warning(f"dropped a frame from the hub: {opened.why}")
-            else:
-                LOG.debug(f"ignoring frame before the handshake: {opened.why}")
-        else:
-            self._owner.on_socket_untrusted(opened)
+        hand_over(self._owner, raw, self.channel, self._config.max_frame_bytes)
 
     def _hub_gone(self) -> None:
         """The socket ended: nothing waits for a pong or a close any longer."""
@@ -349,16 +358,25 @@ class _FrameTooLarge(Exception):
         super().__init__(f"a frame of {size} bytes")
 
 
-def open_transport(owner: SocketOwner, cfg: ClientConfig, useragent: str) -> Transport:
-    """The websocket for one HubConnection (`owner` gets its callbacks), not yet connected."""
+def open_transport(owner: SocketOwner, cfg: ClientConfig, useragent: str) -> Any:
+    """The websocket for one HubConnection (`owner` gets its callbacks), not yet connected;
+    for an mqtt:// host, the MQTT transport (client/mqtt_transport.py, the [mqtt] extra)."""
     compat.for_client()
+    if cfg.transport == "mqtt":
+        from hivemind_chat_agent.extras import require
+        require("mqtt", f"host {cfg.url_host}")
+        from hivemind_chat_agent.client.mqtt_transport import MqttTransport
+        return MqttTransport(owner, cfg, useragent)
     return Transport(owner, cfg, useragent)
 
 
 def exchange_inputs(cfg: ClientConfig) -> ExchangeInputs:
     """What either generation's handshake needs from this client."""
+    address = f"{cfg.host}:{cfg.port}"
+    if cfg.transport == "mqtt":   # a broker carries as many hubs as topic prefixes
+        address = f"{cfg.url_host}:{cfg.port}/{cfg.topic_prefix}"
     return ExchangeInputs(
-        password=cfg.password, hub_address=f"{cfg.host}:{cfg.port}",
+        password=cfg.password, hub_address=address,
         noise_keys=NoiseKeyring(cfg.noise_key_dir, cfg.key), psk=cached_psk,
         encodings=tuple(e.value for e in ENCODINGS), ciphers=tuple(preferred_ciphers()),
         max_message_bytes=cfg.max_frame_bytes)
@@ -366,6 +384,8 @@ def exchange_inputs(cfg: ClientConfig) -> ExchangeInputs:
 
 def redact(text: str, cfg: ClientConfig, useragent: str) -> str:
     """Library errors may quote the URL, whose query carries base64("useragent:key")."""
-    for secret in (cfg.key, cfg.password, _authorization(useragent, cfg.key)):
-        text = text.replace(secret, "***")
+    for secret in (cfg.key, cfg.password, _authorization(useragent, cfg.key),
+                   cfg.broker_password):
+        if secret:
+            text = text.replace(secret, "***")
     return text

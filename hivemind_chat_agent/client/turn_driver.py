@@ -118,8 +118,10 @@ class TurnDriver:
         """Once, for a turn whose connection was lost before its end, on a hub that keeps
         turn records (it answers the repeated id from its record, or waits for the replica
         running it, so the turn never runs twice); never on an OVOS hub, whose skills may
-        have acted already. And up to DRAINING_RESENDS times for a turn a draining replica
-        refused (it says the turn never ran, so sending it again runs it once, anywhere)."""
+        have acted already, unless the hub never read the turn (EndReason.UNSENT: an MQTT
+        session the hub had dropped). And up to DRAINING_RESENDS times for a turn a draining
+        replica refused (it says the turn never ran, so sending it again runs it once,
+        anywhere)."""
         end = self._last_end
         if (outcome is None or end is None or self._terminated or self.agent.closed
                 or self._resend is None):
@@ -127,8 +129,8 @@ class TurnDriver:
         if outcome.status is TurnStatus.FAILED and end.kind is EndReason.DRAINING:
             return self._drained < DRAINING_RESENDS
         return (outcome.status is TurnStatus.LOST and outcome.lost
-                and end.kind is EndReason.NONE and not self._retried
-                and self.agent.hub_keeps_turns)
+                and end.kind in (EndReason.NONE, EndReason.UNSENT) and not self._retried
+                and (self.agent.hub_keeps_turns or end.kind is EndReason.UNSENT))
 
     def _retry(self) -> bool:
         """Send the turn again, same id, on a new connection; False (the loss stands) when no
@@ -163,7 +165,10 @@ class TurnDriver:
                 agent.pool.release(self.conn)
                 self.conn = None
             return False
+        unsent = self._last_end is not None and self._last_end.kind is EndReason.UNSENT
         LOG.info("the hub is draining and did not run the turn; it was sent again" if drained
+                 else "the hub never read the turn; it was sent again on a new session"
+                 if unsent
                  else "the connection was lost mid-turn; the turn was sent again by its id")
         return True
 

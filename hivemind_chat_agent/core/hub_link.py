@@ -31,7 +31,7 @@ from hivemind_chat_agent.core.refusals import (
     untrusted_frame,
 )
 from hivemind_chat_agent.core.turns import EndReason
-from hivemind_chat_agent.errors import HiveMindChatError
+from hivemind_chat_agent.errors import HiveMindChatError, HubSessionDroppedError
 
 
 class LinkState(str, Enum):
@@ -56,6 +56,7 @@ class Decision:
     refuse_turns: Optional[HiveMindChatError] = None
     lose_turns: Optional[Tuple[str, EndReason]] = None
     close: bool = False
+    unsent: bool = False     # lost turns that got nothing back never reached the hub
 
 
 class HubLink:
@@ -126,6 +127,17 @@ class HubLink:
         if ready:
             return Decision(lose_turns=(str(error), EndReason.NONE), close=True)
         return Decision(failed=self.error, close=True)
+
+    def session_reset(self, reason: str) -> Decision:
+        """MQTT: the hub's session of this access key ended under us without a close (its
+        idle eviction, a restart, another satellite on the key), so the frames we sent since
+        went unread (core/mqtt_link.py). Before READY it is a failed handshake."""
+        if self.state is LinkState.CLOSED:
+            return Decision()
+        if self.state is not LinkState.READY:
+            return self.failed(HubSessionDroppedError(f"{reason}; check the hub's log"))
+        self._close(None)
+        return Decision(lose_turns=(reason, EndReason.NONE), close=True, unsent=True)
 
     def untrusted(self, opened: Opened, max_frame_bytes: int) -> Decision:
         """A frame we must not read past (tampered, too large): the stream can no longer be

@@ -54,6 +54,9 @@ class EndReason(str, Enum):
     TOO_LARGE = "too_large"          # a frame over max_frame_bytes: the connection is closed
     TAMPERED = "tampered"            # a frame failed authentication: the connection is closed
     REFUSED = "refused"              # the hub refused this client (key, policy)
+    # the hub never read the utterance: an MQTT session the hub had dropped took it
+    # (core/mqtt_link.py); the turn is sent again on a new session, on any hub
+    UNSENT = "unsent"
 
     @classmethod
     def read(cls, value: object) -> "EndReason":

@@ -39,13 +39,20 @@ class ReplyLoop:
 
     def call_later(self, delay: float, action: Callable[[], Any]) -> Callable[[], None]:
         """Run `action` on the loop's thread in `delay` seconds, set from any thread; the
-        returned cancel works from any thread too, also before the timer is armed."""
+        returned cancel works from any thread too, also before the timer is armed: once it
+        has returned, `action` does not start (a timer already due when a cancel from another
+        thread reaches the loop would otherwise run: asyncio moves due timers to its ready
+        queue ahead of a callback handed over in the same instant)."""
         armed: List[asyncio.TimerHandle] = []
         cancelled = threading.Event()
 
+        def due() -> None:
+            if not cancelled.is_set():
+                action()
+
         def arm() -> None:
             if not cancelled.is_set():
-                armed.append(self.loop.call_later(delay, action))
+                armed.append(self.loop.call_later(delay, due))
 
         def cancel_armed() -> None:
             for handle in armed:
