@@ -29,7 +29,7 @@ from hivemind_chat_agent.core.turns import EndReason
 pytestmark = pytest.mark.hub
 
 VOICE_TOPICS = (*CLIENT_TOPICS, AUDIO_START)   # 5.x denies what a client is not allowed
-FLOOD_CAP = 3000         # utterances the flooder sends at most
+FLOOD_CAP = 1500         # utterances the flooder sends at most
 FLOOD_DRAIN = 900.0      # seconds its paced backlog may take to be answered after the flood
 OTHER_TURNS = 5
 
@@ -215,8 +215,10 @@ def test_a_flood_from_one_satellite_delays_no_other_satellites_turns(warmed, sat
     handled, refused = [m for m in got if m["type"] == HANDLED], busy_refusals(got)
     assert len(handled) == sent[0], (sent[0], len(handled))    # each ended, exactly once
     # refused at once, or let through to ovos-core (which may answer a flood utterance with
-    # any skill: its Session's state races between utterances in flight together)
-    assert 0 < sent[0] - len(refused) < len(refused), (sent[0], len(refused))
+    # any skill: its Session's state races between utterances in flight together). How many
+    # of each depends on the pace: read at its share of the IO loop, most of a 4.0 flood
+    # reached ovos-core (192 of 2542 refused), unpaced most was refused
+    assert 0 < len(refused) < sent[0], (sent[0], len(refused))
     assert sessions_of(refused) == {flooder.session_id}
     after = turn(flooder, "stop parrot")
     assert spoken(after) and not busy_refusals(after), after
