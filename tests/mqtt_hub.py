@@ -19,8 +19,9 @@ class MqttHub:
     """The mqtt-hub-5 hub: websocket and MQTT network protocols, our plugin answering both."""
 
     def __init__(self, broker: MosquittoServer, idle_timeout: float = 300,
-                 agent_protocol: Optional[dict] = None, **knobs):
-        """`agent_protocol`: another plugin than ours (`knobs`: our plugin's settings)."""
+                 agent_protocol: Optional[dict] = None, mqtt: Optional[dict] = None, **knobs):
+        """`agent_protocol`: another plugin than ours (`knobs`: our plugin's settings);
+        `mqtt`: more of hivemind-mqtt-protocol's settings (topic_prefix, broker_username...)."""
         self.broker = broker
         self.hub = HubProcess(agent_protocol or plugin_config(**knobs), generation="5",
                               venv="mqtt-hub-5")
@@ -30,7 +31,7 @@ class MqttHub:
             config = json.load(f)
         config["network_protocol"]["hivemind-mqtt-plugin"] = {
             "broker_host": "127.0.0.1", "broker_port": broker.port, "topic_prefix": PREFIX,
-            "idle_timeout": idle_timeout}
+            "idle_timeout": idle_timeout, **(mqtt or {})}
         with open(path, "w") as f:
             json.dump(config, f)
 

@@ -172,12 +172,14 @@ class MosquittoServer(ServerProcess):
 
     def __init__(self, directory: str, port: Optional[int] = None,
                  users: "Optional[dict[str, str]]" = None,
-                 tls: "Optional[tuple[str, str, str]]" = None):
-        """`tls`: (CA file, certificate, key): a second listener on `tls_port`, with TLS."""
+                 tls: "Optional[tuple[str, str, str]]" = None, acl: Optional[str] = None):
+        """`tls`: (CA file, certificate, key): a second listener on `tls_port`, with TLS.
+        `acl`: the path of a mosquitto ACL file to enforce (config/mosquitto.acl)."""
         self.directory = directory
         self.port = port or free_port()
         self.users = dict(users or {})
         self.tls = tls
+        self.acl = acl
         self.tls_port = free_port() if tls else None
         self.process: Optional[subprocess.Popen] = None
 
@@ -195,6 +197,8 @@ class MosquittoServer(ServerProcess):
                 subprocess.run([need("mosquitto_passwd"), "-b", passwords, name, secret],
                                check=True, capture_output=True)
             lines += ["allow_anonymous false", f"password_file {passwords}"]
+        if self.acl:
+            lines.append(f"acl_file {self.acl}")
         else:
             lines.append("allow_anonymous true")
         if self.tls:
