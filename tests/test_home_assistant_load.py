@@ -1,5 +1,6 @@
 """No turn lost on the stable HiveMind install (hivemind-core 4.0.0, a genuine ovos-messagebus
-with an answering service; tests/stock_hub.py) with our plugin in its OVOS mode in front of the
+with an answering service; tests/stock_hub.py), and on the current line (5.3.10a1 and its
+ovos-messagebus), with our plugin in its OVOS mode in front of the
 bus, driven through the Wyoming front as Home Assistant drives it: 20 new conversations one
 after another, 20 at once, then 40 turns of the first 20 (their connections evicted and
 reopened: max_connections), while a CPU burner occupies one of the machine's cores.
@@ -13,6 +14,7 @@ own guard for that plugin (client/churn_gate.py) keeps its unit tests.
 import pytest
 from cpu_burner import cpu_burner
 from home_assistant import Server, load_phases
+from hubs import hub_generations
 from stock_hub import StockOVOSHub
 
 from hivemind_chat_agent import HiveMindChatAgent
@@ -21,9 +23,9 @@ pytestmark = pytest.mark.hub
 RACES = ("dictionary changed size", "AssertionError", "Uncaught exception", "Traceback")
 
 
-@pytest.fixture(scope="module")
-def ovos_mode_hub():
-    hub = StockOVOSHub(plugin="ovos-mode").start()
+@pytest.fixture(scope="module", params=hub_generations())
+def ovos_mode_hub(request):
+    hub = StockOVOSHub(plugin="ovos-mode", generation=request.param).start()
     yield hub
     hub.cleanup()
 
