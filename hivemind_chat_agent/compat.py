@@ -25,7 +25,8 @@ Each entry: the library and versions it targets, why, and the upstream fix that 
   a 4.0 hub's IO loop (a profile of benchmarks/bench_ovos_flood.py). Replaced by the caller-
   frame lookup 0.15 has: the same logger names. Fix: upgrade to ovos-utils 0.15.
 - `pace_websocket_reads`: hivemind-websocket-protocol (0.0.x on 4.0, 1.0.x on 5.x)
-  `HiveMindTornadoWebSocket.on_message`. Every frame's handling is timed and charged to its
+  `HiveMindTornadoWebSocket.on_message`. Every frame's handling (CPU time on the loop's
+  thread) is charged to its
   connection's share of the IO loop (core/loop_share.py); a connection over its share has its
   next frame read later (tornado waits for `on_message`'s awaitable), so one satellite's flood
   cannot hold up the others' frames. Fix: a per-connection read budget in hivemind-core.
@@ -212,23 +213,26 @@ def pace_websocket_reads(share: float, burst: float) -> bool:
 
 
 def charge_loop_time(connection: Any, seconds: float) -> None:
-    """Charge IO-loop time spent for `connection` outside `on_message` (writing its replies)
-    to its allowance, if `paced` gave it one."""
+    """Charge IO-loop CPU time spent for `connection` outside `on_message` (writing its
+    replies; measured with time.thread_time as `paced` does) to its allowance, if `paced`
+    gave it one."""
     allowance = getattr(connection, _ALLOWANCE, None)
     if allowance is not None:
         allowance.charge(seconds)
 
 
 def paced(on_message: Callable[[Any, Any], Any], share: float, burst: float,
-          clock: Callable[[], float] = time.perf_counter) -> Callable[[Any, Any], Any]:
-    """`on_message` (a tornado handler's) timed, each frame's time charged to its connection's
-    LoopAllowance (kept on hivemind-core's connection object, `handler.client`); when the
-    connection is over its share, the awaitable returned makes tornado read its next frame
-    only after the pause."""
+          clock: Callable[[], float] = time.monotonic,
+          cpu: Callable[[], float] = time.thread_time) -> Callable[[Any, Any], Any]:
+    """`on_message` (a tornado handler's) timed, each frame's CPU time on the loop's thread
+    (`cpu`: not wall time, which a busy machine inflates for every connection alike) charged
+    to its connection's LoopAllowance (on hivemind-core's connection object,
+    `handler.client`, refilled by `clock`); when the connection is over its share, the
+    awaitable returned makes tornado read its next frame only after the pause."""
     from hivemind_chat_agent.core.loop_share import LoopAllowance
 
     def wrapped(handler, message):
-        started = clock()
+        started = cpu()
         result = on_message(handler, message)
         if result is not None:       # a handler that awaits by itself: left to its pace
             return result
@@ -240,7 +244,7 @@ def paced(on_message: Callable[[Any, Any], Any], share: float, burst: float,
                 setattr(owner, _ALLOWANCE, allowance)
             except AttributeError:
                 return None
-        allowance.charge(clock() - started)
+        allowance.charge(cpu() - started)
         pause = allowance.pause()
         return asyncio.sleep(pause) if pause > 0 else None
     setattr(wrapped, _PACED, True)

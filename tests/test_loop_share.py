@@ -52,7 +52,7 @@ def test_paced_reads_put_off_only_the_connection_over_its_share():
 
     def on_message(handler, message):
         clock.advance(message)       # the frame's handling takes `message` seconds
-    wrapped = compat.paced(on_message, share=0.1, burst=0.05, clock=clock.now)
+    wrapped = compat.paced(on_message, share=0.1, burst=0.05, clock=clock.now, cpu=clock.now)
     flooder, other = Handler(), Handler()
     assert wrapped(other, 0.01) is None
     assert wrapped(flooder, 0.04) is None            # within the burst
@@ -72,7 +72,8 @@ def test_a_handler_that_awaits_by_itself_is_left_to_its_pace():
 
 def test_writing_a_connections_replies_is_charged_to_it():
     clock = FakeClock()
-    wrapped = compat.paced(lambda h, m: clock.advance(m), share=0.1, burst=0.05, clock=clock.now)
+    wrapped = compat.paced(lambda h, m: clock.advance(m), share=0.1, burst=0.05,
+                           clock=clock.now, cpu=clock.now)
     flooder = Handler()
     assert wrapped(flooder, 0.001) is None
     compat.charge_loop_time(flooder.client, 0.1)        # its answers took the loop 0.1 s

@@ -9,7 +9,9 @@ help: the wait is before the plugin sees the frame.
 
 What can help is reading a flooding connection more slowly. Each connection gets an allowance
 of loop time: it refills at `share` seconds per second (0.25: a quarter of the loop) up to
-`burst` seconds, and every frame's handling is charged to it. While it is in debt, the
+`burst` seconds, and the CPU time of every frame's handling and of writing its replies on the
+loop's thread is charged to it (CPU, not wall time: on a busy machine wall time grows for every
+connection alike, and would pause the innocent). While it is in debt, the
 connection's next frame is not read until the debt is repaid (tornado reads a websocket's next
 frame only once `on_message`'s awaitable is done): its frames wait in its own socket, and TCP
 slows the sender. Nothing is dropped or refused, and a satellite within its share is never

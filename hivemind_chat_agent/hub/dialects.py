@@ -67,9 +67,9 @@ def send_reply(client, peer: str, reply, not_sent: Callable[[str], None] = LOG.w
             raise ReplyNotSent("the satellite is no longer connected")
         if dialect is None:
             raise ReplyNotSent(f"unknown connection type {type(client).__name__}")
-        started = time.perf_counter()
+        started = time.thread_time()
         dialect.send(client, reply)
-        compat.charge_loop_time(client, time.perf_counter() - started)   # its share's debt
+        compat.charge_loop_time(client, time.thread_time() - started)   # its share's debt
     except ReplyNotSent as e:
         not_sent(f"not sending {shown(reply.msg_type, quote=False)} to {shown_name(peer)}: {e}")
     except Exception as e:
