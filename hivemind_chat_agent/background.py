@@ -64,6 +64,24 @@ def block_signals() -> None:
         pass
 
 
+def signal_mask() -> Optional[set]:
+    """The calling thread's blocked signals, or None where masks do not exist."""
+    try:
+        return set(signal.pthread_sigmask(signal.SIG_BLOCK, []))
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def restore_signal_mask(mask: Optional[set]) -> None:
+    """Set the calling thread's blocked signals back to `mask` (from `signal_mask`)."""
+    if mask is None:
+        return
+    try:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    except (AttributeError, OSError, ValueError):
+        pass
+
+
 def unblock_signals() -> None:
     """Let the calling thread take them again; one that arrived meanwhile is delivered now."""
     try:

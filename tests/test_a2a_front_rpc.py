@@ -144,15 +144,21 @@ def test_the_sdk_s_tracing_is_off_unless_asked_for(monkeypatch):
     assert os.environ[SDK_TRACING] == "true"
 
 
-def test_the_command_off_loopback_without_a_key_is_refused_before_the_hub_is_dialled(capsys):
-    """Port 1 of loopback as the hub: reached, it would be an error naming it; refused first."""
-    from hivemind_chat_agent.bridges import cli
+def test_the_command_off_loopback_without_a_key_is_refused_before_the_hub_is_dialled():
+    """Port 1 of loopback as the hub: reached, it would be an error naming it; refused first.
+    The command runs as people run it, in a process of its own: `cli.main` sets the process's
+    log level and blocks its signals (in this process that hid every later test's WARNINGs
+    and blocked SIGINT in the CLI children they spawn)."""
+    import subprocess
+    import sys
+    command = os.path.join(os.path.dirname(sys.executable), "hivemind-chat")
     hub = ["--host", "127.0.0.1", "--port", "1", "--key", "k", "--password-file", os.devnull]
     for extra, words in ((["--uri", "http://0.0.0.0:9999", "--public-url", "http://hub.lan:9999"],
                           "--api-key"),
                          (["--uri", "http://0.0.0.0:9999"], "needs --public-url"),
                          (["--max-tasks", "0"], "--max-tasks must be at least 1")):
-        assert cli.main(["a2a", *extra, *hub]) != 0, extra
-        out = capsys.readouterr()
-        said = out.out + out.err
+        out = subprocess.run([command, "a2a", *extra, *hub], capture_output=True, text=True,
+                             timeout=60)
+        assert out.returncode != 0, extra
+        said = out.stdout + out.stderr
         assert words in said and "out of reach" not in said, said

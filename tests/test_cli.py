@@ -198,3 +198,19 @@ def test_no_hub_configured_points_to_set_identity_and_the_demo(tmp_path):
     assert out.returncode == 2
     assert "set-identity" in out.stderr and "hivemind-chat demo" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_the_command_in_process_leaves_the_callers_signal_mask_and_log_level():
+    """cli.main blocks SIGINT/SIGTERM in its thread and quiets the logs while it runs; called
+    in a test's (or an embedder's) process it must hand both back: left blocked, SIGINT never
+    reached the CLI children later tests spawned, and their WARNING spies saw nothing."""
+    import signal
+
+    from ovos_utils.log import LOG
+
+    from hivemind_chat_agent.bridges import cli
+    mask, level = signal.pthread_sigmask(signal.SIG_BLOCK, []), LOG.level
+    assert cli.main(["a2a", "--max-tasks", "0", "--host", "127.0.0.1", "--port", "1",
+                     "--key", "k", "--password-file", os.devnull]) != 0
+    assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == mask
+    assert LOG.level == level

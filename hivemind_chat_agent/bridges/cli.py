@@ -348,6 +348,21 @@ SERVERS = {
 
 
 def main(argv=None) -> int:
+    """`hivemind-chat` (argv: its arguments). While it runs, Ctrl-C belongs to this thread
+    (signals blocked elsewhere) and the libraries' logs are quiet; on return the calling
+    process gets its signal mask and log level back as it had them (a caller that is not a
+    fresh process, a test or an embedder, would otherwise keep SIGINT blocked, for itself
+    and every child it starts, and its WARNINGs hidden)."""
+    from ovos_utils.log import LOG
+    mask, level = background.signal_mask(), LOG.level
+    try:
+        return _command(argv)
+    finally:
+        background.restore_signal_mask(mask)
+        LOG.set_level(level)
+
+
+def _command(argv=None) -> int:
     import importlib
     argv = list(sys.argv[1:] if argv is None else argv)
     command = argv[0] if argv and (argv[0] == "demo" or argv[0] in SERVERS) else None
