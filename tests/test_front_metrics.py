@@ -139,6 +139,18 @@ def test_a_reconnect_is_counted_once_per_broken_connection_own_and_shared():
     y = shared.acquire(Session("s1"))
     assert shared.acquire(Session("s2")) is y and y is not x
     assert seen.events == ["reconnected"]            # one connection replaced one
+    shared.release(y)
+    shared.release(y)
+    a, b = shared.acquire(Session("s1")), shared.acquire(Session("s2"))
+    assert a is b is y
+    y.alive = False                                  # both turns on it are lost
+    for sid in ("s1", "s2"):                         # as each turn's driver reports it
+        shared.broke(sid, y)
+        shared.discard(sid)
+        shared.release(y)
+    z = shared.acquire(Session("s1"))
+    assert shared.acquire(Session("s2")) is z
+    assert seen.events == ["reconnected", "reconnected"]   # y replaced once, for both
     shared.close_all()
 
 

@@ -205,3 +205,54 @@ def test_mcp_over_stdio_refuses_metrics():
         assert "--metrics needs --http" in p.stderr.read()
     finally:
         reap(p)
+
+
+def test_a_hub_killed_mid_answer_then_restarted_counts_the_failures_and_one_reconnect(
+        own_hub, make_agent):
+    """The OpenAI front in-process (as `hivemind-chat openai --metrics` runs it) on a hub of
+    its own: a turn answered; a streamed one cut mid-answer by the hub's death (failed; the
+    caller keeps its 200 and what came); one while the hub is down (502, never sent: failed);
+    the hub back on the same port, the next turn answered on a new connection: one
+    reconnect, however many turns failed in between."""
+    from fronts import Server
+
+    from hivemind_chat_agent.bridges.front_metrics import FrontMetrics
+    creds = own_hub.add_client()
+    agent = make_agent(creds.agent_config(timeout=20))
+    metrics = FrontMetrics("openai")
+    agent.observe(metrics)                          # as serve_from_cli does with --metrics
+    server = Server(agent, metrics=metrics)
+    base = f"http://127.0.0.1:{server.port}"
+    try:
+        client = server.client()
+        named = {"extra_headers": {"x-conversation-id": "phoenix"}}
+        assert client.chat.completions.create(model="m", messages=[
+            {"role": "user", "content": "remember ada"}], **named).choices[0].message.content
+        stream = client.chat.completions.create(model="m", messages=[
+            {"role": "user", "content": "slow 10 0.5"}], stream=True, **named)
+        said = []
+        for chunk in stream:
+            if chunk.choices and chunk.choices[0].delta.content:
+                said.append(chunk.choices[0].delta.content)
+                if len(said) == 1:
+                    own_hub.kill()
+        assert 1 <= len(said) < 10
+        with pytest.raises(openai.APIStatusError) as down:
+            client.chat.completions.create(model="m", messages=[
+                {"role": "user", "content": "recall"}], **named)
+        assert down.value.status_code == 502
+        own_hub.start()                             # same port, same client database
+        assert client.chat.completions.create(model="m", messages=[
+            {"role": "user", "content": "recall"}], **named).choices[0].message.content == \
+            "you said ada"
+        status, samples = scrape(f"{base}/metrics")
+        assert status == 200
+        front = {"front": "openai"}
+        assert get(samples, "hivemind_chat_turns_total", outcome="answered", **front) == 2
+        assert get(samples, "hivemind_chat_turns_total", outcome="failed", **front) == 2
+        assert get(samples, "hivemind_chat_client_reconnects_total", **front) == 1
+        assert get(samples, "hivemind_chat_front_requests_total", status="200", **front) == 3
+        assert get(samples, "hivemind_chat_front_requests_total", status="502", **front) == 1
+        assert get(samples, "hivemind_chat_turns_in_flight", **front) == 0
+    finally:
+        server.stop()
