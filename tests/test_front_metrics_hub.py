@@ -106,6 +106,10 @@ def test_wyoming_serves_metrics_on_a_port_of_its_own_loopback_only(creds):
         assert isinstance(turn(port, "hello"), Handled)
         assert isinstance(turn(port, "count 3"), Handled)
         assert isinstance(turn(port, "fail"), NotHandled)
+        import socket
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as garbage:
+            garbage.sendall(b"this is not an event\n")
+            assert garbage.recv(1) == b""          # closed unanswered
         url = f"http://127.0.0.1:{metrics_port}/metrics"
         assert scrape(url, Host="rebound.example")[0] == 421    # a rebound web page's name
         assert scrape(url, Origin="https://evil.example")[0] == 403
@@ -124,6 +128,8 @@ def test_wyoming_serves_metrics_on_a_port_of_its_own_loopback_only(creds):
         assert get(samples, "hivemind_chat_front_requests_total", status="info",
                    **front) == 1
         assert get(samples, "hivemind_chat_front_requests_total", status="bad_event",
+                   **front) == 1
+        assert get(samples, "hivemind_chat_front_requests_total", status="busy",
                    **front) == 0
         assert ("hivemind_chat_turns_total", (("front", "openai"), ("outcome", "answered"))) \
             not in samples
