@@ -26,9 +26,10 @@ class Server:
     """serve() on an event loop of its own thread, as `hivemind-chat openai` runs it, stopped
     as a stop signal stops it (its `stopping` event: drained, then ended). `api_keys`: the
     keys it accepts (none: loopback without keys); `host`: where it binds; `guard` options
-    and `limits` as the command line gives them."""
+    and `limits` as the command line gives them; `metrics`: a FrontMetrics for /metrics."""
 
-    def __init__(self, agent, api_keys=(), host="127.0.0.1", limits=None, **guard):
+    def __init__(self, agent, api_keys=(), host="127.0.0.1", limits=None, metrics=None,
+                 **guard):
         self.port = free_port()
         self.host = host
         self.bridge = OpenAIBridge(agent)
@@ -37,7 +38,7 @@ class Server:
         self.stopping = asyncio.Event()
         self.thread = threading.Thread(target=self.loop.run_until_complete, args=(serve(
             self.bridge, host, self.port, self.guard, limits or Limits(),
-            stopping=self.stopping),),
+            stopping=self.stopping, metrics=metrics),),
             daemon=True)
         self.thread.start()
         wait_listening(self.port, 10, what="the OpenAI server", host=host)

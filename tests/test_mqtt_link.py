@@ -230,6 +230,9 @@ class TwoConnections:
     def discard(self, session_id):
         self.discarded.append(session_id)
 
+    def broke(self, session_id, conn):
+        pass
+
 
 def drive_through_a_reset(tmp_path, speak_first):
     """A turn on a hub that keeps no turn records (a stock one); the hub's session ends under

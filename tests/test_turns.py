@@ -344,6 +344,9 @@ class OneConnection:
     def discard(self, session_id):
         self.discarded.append(session_id)
 
+    def broke(self, session_id, conn):
+        self.broken = getattr(self, "broken", []) + [session_id]
+
     def hub_draining(self, conn):
         self.drained.append(conn)
 
@@ -355,6 +358,8 @@ class Host:
         from hivemind_chat_agent.client.session_book import SessionBook
         self.pool, self.settings, self.sessions = pool, config, SessionBook("d")
         self.hub_keeps_turns, self.closed = False, False
+        from hivemind_chat_agent.client.observer import NO_OBSERVER
+        self.observer = NO_OBSERVER
 
     def sessions_in_use(self, current):
         return {current}

@@ -84,7 +84,7 @@ class StopOnHangUp:
 
 
 def guarded_app(agent, guard, url: str, limits: http_front.Limits = http_front.Limits(),
-                book: Optional[TaskBook] = None):
+                book: Optional[TaskBook] = None, metrics=None):
     """The A2A app of `agent` behind `guard`, its card naming `url`, its tasks in `book`."""
     card = agent_card(url, bool(guard.keys))
     # not `book or`: a TaskBook is as long as the tasks it holds, so a new one is falsy
@@ -93,7 +93,7 @@ def guarded_app(agent, guard, url: str, limits: http_front.Limits = http_front.L
     app = StopOnHangUp(create_app(build_handler(executor, card), card), executor)
     return http_front.GuardedApp(app, guard, jsonrpc_error, turn_paths=(RPC_PATH,),
                                  max_body=limits.max_body,
-                                 public_paths=(CARD_PATH, OLD_CARD_PATH))
+                                 public_paths=(CARD_PATH, OLD_CARD_PATH), metrics=metrics)
 
 
 def add_options(p):
@@ -184,8 +184,13 @@ def serve_from_cli(args, out, config: Dict[str, Any]) -> int:
     limits = http_front.limits_from(args)
     if args.max_tasks < 1:
         raise ConfigurationError("--max-tasks must be at least 1")
+    from hivemind_chat_agent.bridges import front_metrics
+    metrics = front_metrics.metrics_for("a2a", args.metrics)
     with serving.front_agent(config, "hivemind-chat-a2a") as agent:
-        app = guarded_app(agent, guard, url, limits, TaskBook(max_tasks=args.max_tasks))
+        if metrics is not None:
+            agent.observe(metrics)
+        app = guarded_app(agent, guard, url, limits, TaskBook(max_tasks=args.max_tasks),
+                          metrics)
         out.info(f"A2A agent on {url} (card at {url.rstrip('/')}{CARD_PATH})"
                  + (f"; {len(guard.keys)} API key(s)" if guard.keys
                     else "; no API key: loopback only"))

@@ -27,6 +27,8 @@ from hivemind_chat_agent.core.peer_gate import Caps, PeerGate
 LOG = logging.getLogger("hivemind_chat_agent.bridges.http_front")
 
 CALLER = "hivemind_chat.caller"      # the scope key naming the admitted caller for the app
+METRICS_PATH = "/metrics"
+HUNG_UP = 499           # the status counted for a caller gone before its answer began (nginx's)
 ErrorShape = Callable[[Refusal], Dict[str, Any]]
 
 
@@ -59,6 +61,10 @@ def add_limit_options(p, connections: int = Limits.max_connections) -> None:
     p.add_argument("--read-timeout", type=float, default=Limits.read_timeout,
                    metavar="SECONDS", help="a request's headers, and its body, must arrive "
                                            "within this (default 10)")
+    p.add_argument("--metrics", action="store_true",
+                   help="serve Prometheus metrics at GET /metrics on this server, behind the "
+                        "same checks as the API (Host, Origin, the API key when there are "
+                        "keys); needs the [metrics] extra (docs/metrics.md)")
 
 
 def limits_from(args) -> Limits:
@@ -81,19 +87,39 @@ def _refusal_headers(refusal: Refusal, close: bool) -> list:
 class GuardedApp:
     """`app` behind `guard`; `turn_paths`: POSTs there are turns (counted per caller);
     `error_shape`: the JSON body of a refusal, in the front's own protocol; `public_paths`:
-    GETs there need no key (FrontGuard.admit's `public`)."""
+    GETs there need no key (FrontGuard.admit's `public`). `metrics`
+    (bridges/front_metrics.FrontMetrics, or None: off): every request is counted by the status
+    it was answered with (HUNG_UP when the caller left first), and `GET /metrics` is served
+    here, after the same checks as any other path: Host, Origin, and the key when the front
+    has keys."""
 
     def __init__(self, app, guard: FrontGuard, error_shape: ErrorShape,
                  turn_paths: Collection[str] = (), max_body: int = Limits.max_body,
-                 public_paths: Collection[str] = ()):
+                 public_paths: Collection[str] = (), metrics: Any = None):
         self.app, self.guard, self.error_shape = app, guard, error_shape
         self.turn_paths, self.max_body = set(turn_paths), max_body
         self.public_paths = set(public_paths)
+        self.metrics = metrics
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        if self.metrics is None:
+            await self._guarded(scope, receive, send)
+            return
+        answered: list = []
+
+        async def counted(message) -> None:
+            if message["type"] == "http.response.start" and not answered:
+                answered.append(message["status"])
+            await send(message)
+        try:
+            await self._guarded(scope, receive, counted)
+        finally:
+            self.metrics.request(answered[0] if answered else HUNG_UP)
+
+    async def _guarded(self, scope, receive, send) -> None:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1")
                    for k, v in scope.get("headers", ())}
         peer = str((scope.get("client") or ("?",))[0])
@@ -116,11 +142,26 @@ class GuardedApp:
         if refusal is not None:
             await self.refuse(refusal, peer, send, close=has_body)
             return
+        if self.metrics is not None and scope["path"] == METRICS_PATH:
+            await self._metrics(scope, headers, send)
+            return
         try:
             await self._run(scope, caller, body, receive, send, peer)
         finally:
             if turn:
                 self.guard.end_turn(caller)
+
+    async def _metrics(self, scope, headers: Dict[str, str], send) -> None:
+        """The metrics to an admitted caller, in the format its Accept asks for."""
+        if scope["method"] != "GET":
+            await self.refuse(Refusal(405, "only GET is answered at /metrics",
+                                      "method_not_allowed"), "", send, close=False)
+            return
+        body, content_type = self.metrics.exposition(headers.get("accept", ""))
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", content_type.encode("latin-1")),
+                                (b"cache-control", b"no-store")]})
+        await send({"type": "http.response.body", "body": body})
 
     async def refuse(self, refusal: Refusal, peer: str, send, close: bool) -> None:
         log = LOG.debug if refusal.status == 429 else LOG.info

@@ -178,7 +178,7 @@ def jsonrpc_error(refusal) -> Dict[str, Any]:
                       "message": refusal.message, "data": {"code": refusal.code}}}
 
 
-def http_app(server, guard, limits: http_front.Limits = http_front.Limits()):
+def http_app(server, guard, limits: http_front.Limits = http_front.Limits(), metrics=None):
     """The SDK's streamable HTTP app behind the guard. The SDK checks Host and Origin again
     with the same explicit lists (its own check is on only for 127.0.0.1, localhost and ::1
     when left to itself)."""
@@ -193,7 +193,7 @@ def http_app(server, guard, limits: http_front.Limits = http_front.Limits()):
     app = server.streamable_http_app(streamable_http_path=MCP_PATH, transport_security=security,
                                      max_request_body_size=limits.max_body)
     return http_front.GuardedApp(app, guard, jsonrpc_error, turn_paths=(MCP_PATH,),
-                                 max_body=limits.max_body)
+                                 max_body=limits.max_body, metrics=metrics)
 
 
 class StdinRelay:
@@ -274,6 +274,10 @@ def serve_from_cli(args, out, config: Dict[str, Any]) -> int:
     or a stop signal; over HTTP refused before the hub is dialled when the address or the
     keys do not do, and a stop signal drains the calls in flight."""
     if args.http is None:
+        if args.metrics:
+            from hivemind_chat_agent.errors import ConfigurationError
+            raise ConfigurationError("--metrics needs --http: over stdio there is no server "
+                                     "to serve /metrics on")
         with serving.front_agent(config, "hivemind-chat-mcp") as agent:
             server = build_server(agent, asks=asks_from(args, agent))
             return serving.serve_until_signalled(
@@ -281,8 +285,13 @@ def serve_from_cli(args, out, config: Dict[str, Any]) -> int:
     where = serving.parse_uri(args.http, "--http", ("http",), "http://127.0.0.1:8765")
     guard = http_front.guard_from_cli(args, where.host, "MCP server")
     limits = http_front.limits_from(args)
+    from hivemind_chat_agent.bridges import front_metrics
+    metrics = front_metrics.metrics_for("mcp", args.metrics)
     with serving.front_agent(config, "hivemind-chat-mcp") as agent:
-        app = http_app(build_server(agent, asks=asks_from(args, agent)), guard, limits)
+        if metrics is not None:
+            agent.observe(metrics)
+        app = http_app(build_server(agent, asks=asks_from(args, agent)), guard, limits,
+                       metrics)
         out.info(f"MCP server (streamable HTTP) on http://{where.host}:{where.port}{MCP_PATH}"
                  + (f"; {len(guard.keys)} API key(s)" if guard.keys
                     else "; no API key: loopback only"))

@@ -8,7 +8,7 @@ of the bridge could not see."""
 import json
 from typing import Any, Dict, Optional
 
-from hivemind_chat_agent.bridges import http_front, serving
+from hivemind_chat_agent.bridges import front_metrics, http_front, serving
 from hivemind_chat_agent.bridges.openai_api import APIError, OpenAIBridge, first_line, models
 from hivemind_chat_agent.bridges.openai_responses import ResponsesAPI
 from hivemind_chat_agent.core.front_guard import FrontGuard, Refusal
@@ -72,10 +72,10 @@ def openai_error(refusal: Refusal) -> Dict[str, Any]:
 
 
 def guarded_app(bridge: OpenAIBridge, guard: FrontGuard,
-                limits: http_front.Limits = http_front.Limits()):
+                limits: http_front.Limits = http_front.Limits(), metrics=None):
     return http_front.GuardedApp(create_app(bridge), guard, openai_error,
                                  turn_paths=(TURN_PATH, RESPONSES_PATH),
-                                 max_body=limits.max_body)
+                                 max_body=limits.max_body, metrics=metrics)
 
 
 def _headers(request) -> Dict[str, str]:
@@ -102,11 +102,11 @@ async def _prepend(line, lines):
 
 async def serve(bridge: OpenAIBridge, host: str, port: int, guard: Optional[FrontGuard] = None,
                 limits: http_front.Limits = http_front.Limits(), started=None,
-                stopping=None) -> None:
+                stopping=None, metrics=None) -> None:
     """Serve the API until `stopping` is set (then drain) or it is cancelled; `guard`
-    defaults to loopback without keys."""
+    defaults to loopback without keys; `metrics` (bridges/front_metrics) serves /metrics."""
     guard = guard or FrontGuard(host, what="OpenAI API server")
-    await http_front.serve(guarded_app(bridge, guard, limits), host, port, limits,
+    await http_front.serve(guarded_app(bridge, guard, limits, metrics), host, port, limits,
                            started=started, stopping=stopping)
 
 
@@ -130,11 +130,15 @@ def serve_from_cli(args, out, config: Dict[str, Any]) -> int:
     where = serving.parse_uri(args.uri, "--uri", ("http",), "http://127.0.0.1:8080")
     guard = http_front.guard_from_cli(args, where.host, "OpenAI API server")
     limits = http_front.limits_from(args)
+    metrics = front_metrics.metrics_for("openai", args.metrics)
     with serving.front_agent(config, "hivemind-chat-openai") as agent:
         out.info(f"OpenAI-compatible API on {args.uri}/v1 (model \"hivemind-chat\")"
                  + (f"; {len(guard.keys)} API key(s)" if guard.keys
-                    else "; no API key: loopback only"))
+                    else "; no API key: loopback only")
+                 + (f"; metrics at {args.uri}/metrics" if metrics else ""))
+        if metrics is not None:
+            agent.observe(metrics)
         bridge = OpenAIBridge(agent)
         return serving.serve_until_signalled(
             lambda stopping: serve(bridge, where.host, where.port, guard, limits,
-                                   stopping=stopping), args.uri)
+                                   stopping=stopping, metrics=metrics), args.uri)

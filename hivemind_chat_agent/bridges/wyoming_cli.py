@@ -69,6 +69,15 @@ def add_options(p):
                    help="the agent's churn_guard (default 1): 0 for hubs whose answers come "
                         "from a persona or LLM rather than skills speaking with wait=True; "
                         "many conversations at once then start without spacing")
+    p.add_argument("--metrics", default=None, metavar="HOST:PORT",
+                   help="serve Prometheus metrics (GET /metrics, with /healthz and /readyz) "
+                        "on this address, e.g. 127.0.0.1:9108; loopback peers only unless "
+                        "--metrics-allow-from names others; needs the [metrics] extra "
+                        "(docs/metrics.md). Off by default")
+    p.add_argument("--metrics-allow-from", action="append", default=[],
+                   metavar="ADDR[/PREFIX]",
+                   help="who may read --metrics beyond loopback (repeatable), e.g. the "
+                        "Prometheus server; required when --metrics is not on loopback")
     p.add_argument("--spare-connections", type=int, default=2, metavar="N",
                    help="on a HiveMind 4.x hub, keep N connections with the handshake done, "
                         "so a new conversation pays none (default 2; 0 to keep none); 5.x "
@@ -78,8 +87,29 @@ def add_options(p):
 
 def check_args(args) -> None:
     """Before anything starts (cli.main calls it): the URI and the allow list. Listening
-    beyond loopback without --allow-from is a ConfigurationError (exit 2) saying why."""
+    beyond loopback without --allow-from is a ConfigurationError (exit 2) saying why; so is
+    --metrics beyond loopback without --metrics-allow-from, or without the [metrics] extra."""
     guard_for(args)
+    metrics_address(args)
+
+
+def metrics_address(args):
+    """(host, port) of --metrics, checked with its allow list, or None when off."""
+    if not getattr(args, "metrics", None):
+        return None
+    from hivemind_chat_agent.core.health import parse_address
+    from hivemind_chat_agent.core.peer_gate import AllowList
+    from hivemind_chat_agent.errors import ConfigurationError
+    require("metrics", "--metrics of hivemind-chat wyoming")
+    try:
+        host, port = parse_address(args.metrics)
+    except ValueError:
+        raise ConfigurationError(f"--metrics must be HOST:PORT (e.g. 127.0.0.1:9108), not "
+                                 f"{args.metrics!r}") from None
+    AllowList.for_bind(host, args.metrics_allow_from, "the metrics endpoint of hivemind-chat "
+                       "wyoming", f"--metrics {host}:{port} --metrics-allow-from 10.0.0.2",
+                       option="--metrics-allow-from")
+    return host, port
 
 
 def guard_for(args, turn_wait: float = 30.0):
@@ -102,23 +132,38 @@ def guard_for(args, turn_wait: float = 30.0):
 def serve_from_cli(args, out, config: Dict[str, Any]) -> int:
     """`hivemind-chat wyoming` in bridges/serving's shell, until a stop signal (the turns in
     flight finish first); `config` is the CLI's agent config."""
+    from hivemind_chat_agent.bridges import front_metrics
     from hivemind_chat_agent.bridges.wyoming_bridge import WyomingBridge
     from hivemind_chat_agent.bridges.wyoming_server import run_server, turn_wait_of
     require("wyoming", "hivemind-chat wyoming (Home Assistant's Wyoming Protocol)")
     guard_for(args)                      # refused before the hub is dialled
+    metrics_address(args)
+    metrics = front_metrics.metrics_for("wyoming", bool(args.metrics))
     with serving.front_agent(config, "hivemind-chat-wyoming", churn_guard=args.churn_guard,
                              spare_connections=args.spare_connections) as agent:
         bridge = WyomingBridge(agent, args.languages, args.session_per_device,
                                version=_version(), stream=args.stream,
                                home_control=args.home_control)
         (host, port), guard = guard_for(args, turn_wait_of(bridge))
+        endpoint = None
+        if metrics is not None:
+            agent.observe(metrics)
+            guard.metrics = metrics
+            endpoint = front_metrics.serve_on(metrics, args.metrics, args.metrics_allow_from,
+                                              "wyoming")
+            mhost, mport = endpoint.address
+            out.info(f"metrics at http://{mhost}:{mport}/metrics")
         out.info(f"Wyoming conversation service on tcp://{host}:{port}, answering "
                  f"{guard.gate.allow.describe()}: in Home Assistant, add the Wyoming "
                  "Protocol integration with this host and port")
-        return serving.serve_until_signalled(
-            lambda stopping: run_server(bridge, host, port, zeroconf=args.zeroconf,
-                                        say=out.info, warm=True, guard=guard,
-                                        stopping=stopping), args.uri)
+        try:
+            return serving.serve_until_signalled(
+                lambda stopping: run_server(bridge, host, port, zeroconf=args.zeroconf,
+                                            say=out.info, warm=True, guard=guard,
+                                            stopping=stopping), args.uri)
+        finally:
+            if endpoint is not None:
+                endpoint.stop()
 
 
 def _version() -> str:
@@ -132,4 +177,4 @@ def _version() -> str:
 
 
 __all__ = ["add_options", "check_args", "serve_from_cli", "parse_uri", "guard_for",
-           "DEFAULT_URI"]
+           "metrics_address", "DEFAULT_URI"]

@@ -18,7 +18,7 @@ import collections
 import contextlib
 import logging
 import time
-from typing import Callable, Deque, Dict, Optional
+from typing import Any, Callable, Deque, Dict, Optional
 
 from hivemind_chat_agent.bridges.wyoming_bridge import SPOKEN, WyomingBridge
 from hivemind_chat_agent.bridges.wyoming_events import (
@@ -39,12 +39,19 @@ class Guard:
     waiting for a turn's place (on the event loop that serves)."""
 
     def __init__(self, gate: PeerGate, deadlines: Deadlines = Deadlines(),
-                 turn_wait: float = 30.0, now: Callable[[], float] = time.monotonic):
+                 turn_wait: float = 30.0, now: Callable[[], float] = time.monotonic,
+                 metrics: Any = None):
         self.gate = gate
+        self.metrics = metrics      # bridges/front_metrics.FrontMetrics, or None: off
         self.deadlines = deadlines
         self.turn_wait = turn_wait
         self.notices = Notices(now)
         self._waiting: Dict[str, Deque[asyncio.Future]] = {}   # per peer, oldest first
+
+    def count(self, status: str) -> None:
+        """One exchange ended with `status` (front_metrics.WYOMING_STATUSES)."""
+        if self.metrics is not None:
+            self.metrics.request(status)
 
     def log(self, kind: str, level: int, text: str) -> None:
         """`text`, unless a line of `kind` was logged less than a minute ago."""
@@ -115,6 +122,7 @@ class Doorman(asyncio.Protocol):
         refused = self.guard.gate.admit(peer)
         if refused is not None:
             transport.abort()
+            self.guard.count("refused")
             self.guard.log(refused, logging.WARNING if refused == NOT_ALLOWED else logging.INFO,
                            f"Wyoming: closed a connection from {peer} at accept: {refused}"
                            + (f" (--allow-from {self.guard.gate.allow.describe()})"
@@ -153,10 +161,12 @@ async def serve_connection(bridge: WyomingBridge, reader: asyncio.StreamReader,
             try:
                 event = await read_event(reader, guard.deadlines, first)
             except BadEvent as e:
+                guard.count("bad_event")
                 guard.log("bad event", logging.WARNING,
                           f"Wyoming: closed a connection from {peer}: {e}")
                 return
             except EventTimeout as e:
+                guard.count("deadline")
                 guard.log("deadline", logging.INFO,
                           f"Wyoming: closed a connection from {peer}: {e}")
                 return
@@ -165,10 +175,12 @@ async def serve_connection(bridge: WyomingBridge, reader: asyncio.StreamReader,
             first = b""
             if Describe.is_type(event.type):
                 await async_write_event(bridge.info_event(), writer)
+                guard.count("info")
             elif Transcript.is_type(event.type):
                 first = await answer_watching(
                     reader, answer_transcript(bridge, guard, event.data, peer, writer))
                 if first is None:
+                    guard.count("hung_up")
                     guard.log("hung up", logging.DEBUG, f"Wyoming: {peer} hung up mid-turn; "
                                                         "its turn was stopped")
     except (ConnectionError, OSError):
@@ -220,6 +232,7 @@ async def answer_transcript(bridge: WyomingBridge, guard: Guard, data: dict, pee
     text, context, language = data.get("text"), data.get("context"), data.get("language")
     if not isinstance(text, str) or not text.strip():
         await async_write_event(NotHandled(text=SPOKEN["not_understood"]).event(), writer)
+        guard.count("not_handled")
         return
     async with guard.turn_place(peer) as placed:
         if not placed:
@@ -227,13 +240,18 @@ async def answer_transcript(bridge: WyomingBridge, guard: Guard, data: dict, pee
                       f"Wyoming: {peer} has {guard.gate.caps.turns_per_peer} turns in flight "
                       f"and no place came in {guard.turn_wait:g} s: answered busy")
             await async_write_event(NotHandled(text=SPOKEN["busy"]).event(), writer)
+            guard.count("busy")
             return
         async with contextlib.aclosing(bridge.answer(
                 text, context if isinstance(context, dict) else {},
                 language if isinstance(language, str) and len(language) <= MAX_LANGUAGE
                 else None, peer)) as answers:
+            last = None
             async for answer in answers:
                 await async_write_event(answer, writer)
+                last = answer.type
+        if last is not None:        # the bridge ends with Handled (and HandledStop) or not
+            guard.count("not_handled" if NotHandled.is_type(last) else "handled")
 
 
 def _result(watch: "asyncio.Future") -> bytes:

@@ -1,6 +1,7 @@
 """`HiveMindChatAgent`: the ovos-plugin-manager ChatEngine shell around sessions, pool and turns."""
 import asyncio
 import threading
+import time
 import weakref
 from typing import Any, AsyncIterator, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
@@ -8,16 +9,18 @@ from ovos_plugin_manager.templates.agents import AgentMessage, ChatEngine, Messa
 from ovos_utils.log import LOG
 
 from hivemind_chat_agent.background import off_loop
-from hivemind_chat_agent.client.abandonment import Abandonment
+from hivemind_chat_agent.client.abandonment import Abandonment, TurnAbandoned
 from hivemind_chat_agent.client.chat_turn import ChatTurn
 from hivemind_chat_agent.client.config import ClientConfig
 from hivemind_chat_agent.client.connection import HubConnection
+from hivemind_chat_agent.client.observer import NO_OBSERVER, ClientObserver
 from hivemind_chat_agent.client.pool import ConnectionPool
 from hivemind_chat_agent.client.session_book import SessionBook
 from hivemind_chat_agent.client.session_store import SessionStore
 from hivemind_chat_agent.client.subscriptions import Subscribers, Subscription
 from hivemind_chat_agent.client.transport import preferred_ciphers
 from hivemind_chat_agent.client.turn_driver import TurnDriver, start_driver
+from hivemind_chat_agent.core.outcomes import TurnStatus
 from hivemind_chat_agent.core.protocol_names import CHAT_PLUGIN_NAME
 from hivemind_chat_agent.core.refusals import UtteranceTopic
 from hivemind_chat_agent.errors import AgentClosedError, HiveMindChatError
@@ -61,6 +64,7 @@ class HiveMindChatAgent(ChatEngine):
         self._locks_guard = threading.Lock()
         self._running: Dict[str, ChatTurn] = {}   # session -> its turn in progress
         self._closed = False
+        self.observer: ClientObserver = NO_OBSERVER   # observe(): a front's metrics
         preferred_ciphers()   # first connection should not pay for reading the CPU flags
 
     # ---- ChatEngine API ----
@@ -170,6 +174,11 @@ class HiveMindChatAgent(ChatEngine):
         finally:
             turn.terminate()
 
+    def observe(self, observer: ClientObserver) -> None:
+        """Tell `observer` (client/observer.py) of every turn's start, first sentence and
+        end, and of every reconnect and resend, from now on."""
+        self.observer = self.pool.observer = observer
+
     def warm_up(self) -> None:
         """Connect now, not at the first turn: a wrong key or a dead hub raises its typed error
         here, and on a 4.x hub `spare_connections` handshaken connections start filling, so a
@@ -260,18 +269,25 @@ class HiveMindChatAgent(ChatEngine):
     def _send(self, messages, session_id, lang, units, site_id: Optional[str] = None,
               abandonment: Optional[Abandonment] = None) -> Tuple[ChatTurn, TurnDriver]:
         utterance = latest_user_utterance(messages)
-        sid = self.sessions.resolve(session_id)
-        slock = self._session_lock(sid)
-        slock.lock.acquire()   # two turns of one session never interleave on the wire
-        driver = TurnDriver(self, sid, slock)
+        observer, began = self.observer, time.monotonic()
+        observer.turn_began()
         try:
-            self._check_open()
-            session = self.sessions.for_turn(sid, lang, units, site_id)
-        except BaseException:
-            slock.lock.release()
+            sid = self.sessions.resolve(session_id)
+            slock = self._session_lock(sid)
+            slock.lock.acquire()   # two turns of one session never interleave on the wire
+            driver = TurnDriver(self, sid, slock, began)
+            try:
+                self._check_open()
+                session = self.sessions.for_turn(sid, lang, units, site_id)
+            except BaseException:
+                slock.lock.release()
+                raise
+            turn = driver.turn = ChatTurn(sid, utterance, lang or session.lang)
+            driver.send(session, utterance, abandonment)   # gives everything back if it raises
+        except BaseException as e:    # never sent: the observer hears its end here
+            observer.turn_ended(TurnStatus.CANCELLED if isinstance(e, TurnAbandoned) else None,
+                                time.monotonic() - began)
             raise
-        turn = driver.turn = ChatTurn(sid, utterance, lang or session.lang)
-        driver.send(session, utterance, abandonment)    # gives everything back if it raises
         with self._locks_guard:
             self._running[sid] = turn
         driver.on_release = lambda: self._turn_ended(sid, turn)

@@ -35,6 +35,7 @@ class ChatTurn:
         self._status = TurnStatus.WAITING
         self._outcome: Optional[Outcome] = None
         self._expect_response = False
+        self.first_sentence_mono: Optional[float] = None   # time.monotonic(), for metrics
         self._times: Dict[str, Optional[float]] = {
             "sent_at": time.time(), "first_sentence_at": None, "ended_at": None,
             "hub_stopped_at": None}   # when a skill or engine said it stopped at terminate()
@@ -172,6 +173,7 @@ class ChatTurn:
             self._status = TurnStatus.SPEAKING
             if self._times["first_sentence_at"] is None:
                 self._times["first_sentence_at"] = time.time()
+                self.first_sentence_mono = time.monotonic()
             self._wake()
 
     def end(self, outcome: Outcome) -> None:

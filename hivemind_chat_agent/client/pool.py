@@ -16,6 +16,7 @@ Closing a connection loses nothing: a conversation's state is its Session in Ses
 which the next connection sends in its HELLO and with every utterance.
 """
 import threading
+from collections import OrderedDict
 from typing import List, Optional
 
 from ovos_bus_client.session import Session
@@ -26,6 +27,7 @@ from hivemind_chat_agent.client.abandonment import Abandonment
 from hivemind_chat_agent.client.churn_gate import ChurnGate
 from hivemind_chat_agent.client.config import ClientConfig
 from hivemind_chat_agent.client.connection import CLOSE_ACKNOWLEDGED_WITHIN, HubConnection
+from hivemind_chat_agent.client.observer import NO_OBSERVER, ClientObserver
 from hivemind_chat_agent.client.pool_own import OwnConnections
 from hivemind_chat_agent.client.pool_parts import (
     ConnectionFactory,
@@ -39,6 +41,7 @@ from hivemind_chat_agent.core.clock import Clock
 from hivemind_chat_agent.errors import AgentClosedError, HiveMindChatError
 
 WARM_CONFIRM = 0.5      # seconds a warm-up waits for a 5.x hub's refusal of our pinned key
+BROKEN_KEPT = 1024      # broken connections remembered, to count each one's replacement once
 
 
 class ConnectionPool:
@@ -67,6 +70,11 @@ class ConnectionPool:
         self._warmed = False
         self._stop = threading.Event()
         self._reaper: Optional[threading.Thread] = None
+        self.observer: ClientObserver = NO_OBSERVER     # told of each reconnect
+        # session -> id of its connection that broke (lost mid-turn, or left draining), and
+        # the broken connections already replaced (a shared one is replaced once, for all)
+        self._broken: "OrderedDict[str, int]" = OrderedDict()
+        self._replaced: "OrderedDict[int, None]" = OrderedDict()
 
     @property
     def sharing(self) -> Optional[bool]:
@@ -83,7 +91,51 @@ class ConnectionPool:
                 abandonment: Optional[Abandonment] = None) -> HubConnection:
         """The live connection for this session, connecting if needed, leased to the caller until
         `release()` (callers serialize per session, so two connects for one session never
-        race). A connect for a caller that gave up (`abandonment`) is dropped or aborted."""
+        race). A connect for a caller that gave up (`abandonment`) is dropped or aborted.
+        One that replaces the session's broken connection is a reconnect (`observer`)."""
+        sid = session.session_id
+        broken = self._broken_for(sid)
+        try:
+            conn = self._acquire(session, abandonment)
+        except BaseException:
+            if broken is not None:
+                with self._lock:
+                    self._broken[sid] = broken     # the next attempt replaces it
+            raise
+        if broken is not None and id(conn) != broken and self._first_replacement(broken):
+            self.observer.reconnected()
+        return conn
+
+    def broke(self, session_id: str, conn: HubConnection) -> None:
+        """The session's connection broke (or was left, its replica draining): the connection
+        its next turn gets is a reconnect."""
+        with self._lock:
+            self._broken[session_id] = id(conn)
+            self._broken.move_to_end(session_id)
+            while len(self._broken) > BROKEN_KEPT:
+                self._broken.popitem(last=False)
+
+    def _broken_for(self, sid: str) -> Optional[int]:
+        """The session's broken connection: reported, or filed and found dead."""
+        with self._lock:
+            broken = self._broken.pop(sid, None)
+            if broken is None and self._policy is not None:
+                old = self._policy.peek(sid)
+                if old is not None and not old.alive:
+                    broken = id(old)
+            return broken
+
+    def _first_replacement(self, broken: int) -> bool:
+        with self._lock:
+            if broken in self._replaced:
+                return False
+            self._replaced[broken] = None
+            while len(self._replaced) > BROKEN_KEPT:
+                self._replaced.popitem(last=False)
+            return True
+
+    def _acquire(self, session: Session,
+                 abandonment: Optional[Abandonment] = None) -> HubConnection:
         conn = None
         if self._policy is None:
             with self._first:

@@ -9,6 +9,7 @@ whether or not anyone reads the turn, so a turn nobody reads still ends, at the 
 timeout, and frees its session.
 """
 import threading
+import time
 import uuid
 from contextlib import ExitStack
 from typing import Callable, Optional, Protocol, Set, Tuple
@@ -22,6 +23,7 @@ from hivemind_chat_agent.client.carried_turns import TurnHandle, TurnSink
 from hivemind_chat_agent.client.chat_turn import ChatTurn
 from hivemind_chat_agent.client.config import ClientConfig
 from hivemind_chat_agent.client.connection import HubConnection
+from hivemind_chat_agent.client.observer import DRAINING, LOST, UNSENT, ClientObserver
 from hivemind_chat_agent.client.pool import ConnectionPool
 from hivemind_chat_agent.client.session_book import SessionBook
 from hivemind_chat_agent.core.clock import Clock
@@ -39,6 +41,7 @@ class DriverHost(Protocol):
     sessions: SessionBook
     settings: ClientConfig
     hub_keeps_turns: bool
+    observer: ClientObserver
 
     @property
     def closed(self) -> bool:
@@ -49,8 +52,10 @@ class DriverHost(Protocol):
 
 
 class TurnDriver:
-    def __init__(self, agent: DriverHost, session_id: str, session_lock):
+    def __init__(self, agent: DriverHost, session_id: str, session_lock,
+                 began: Optional[float] = None):
         self.agent = agent
+        self.began = time.monotonic() if began is None else began   # for the observer
         self.session_id = session_id
         # held from send() until release; the agent's table of them is weak, so holding
         # the lock object's owner here is what keeps the session locked
@@ -106,6 +111,16 @@ class TurnDriver:
                 "the turn ended without an outcome"), in_step=False)
             self.release(outcome)
             turn.end(outcome)
+            self._observe(turn, outcome)
+
+    def _observe(self, turn: ChatTurn, outcome: Outcome) -> None:
+        observer = self.agent.observer
+        try:
+            if turn.first_sentence_mono is not None:
+                observer.first_sentence(turn.first_sentence_mono - self.began)
+            observer.turn_ended(outcome.status, time.monotonic() - self.began)
+        except Exception as e:      # a watcher's fault never breaks a turn
+            LOG.warning(f"the turn's observer failed: {type(e).__name__}: {e}")
 
     def _drive(self) -> Outcome:
         """Wait for the current attempt's end (its sentences reach the ChatTurn on their
@@ -149,6 +164,7 @@ class TurnDriver:
             self._retried = True
         old.finish_turn(handle)
         agent.pool.release(old)
+        agent.pool.broke(self.session_id, old)     # the next connection is a reconnect
         agent.pool.discard(self.session_id)
         self.conn = self.handle = None
         session, utterance, tag = self._resend
@@ -166,6 +182,7 @@ class TurnDriver:
                 self.conn = None
             return False
         unsent = self._last_end is not None and self._last_end.kind is EndReason.UNSENT
+        agent.observer.resent(DRAINING if drained else UNSENT if unsent else LOST)
         LOG.info("the hub is draining and did not run the turn; it was sent again" if drained
                  else "the hub never read the turn; it was sent again on a new session"
                  if unsent
@@ -205,6 +222,8 @@ class TurnDriver:
             in_step = outcome is not None and outcome.in_step
             if conn is not None and ((outcome is not None and outcome.lost) or
                                      (not in_step and conn.untagged)):
+                if outcome is not None and outcome.lost:
+                    agent.pool.broke(sid, conn)     # the next connection is a reconnect
                 agent.pool.discard(sid)
         finally:
             self.on_release()

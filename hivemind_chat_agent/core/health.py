@@ -16,6 +16,7 @@ hub is ready, and which requests the endpoint answers at all.
   name was rebound to 127.0.0.1 sends its own name: 421); a browser's Origin other than a
   loopback page is refused (403). The metrics carry no secret, but who may read them is the
   operator's choice, not a web page's.
+- `front_outcome`: the same label for a turn a front ended (bridges/front_metrics.py).
 - `parse_address`: "HOST:PORT" of the `health` setting.
 """
 from dataclasses import dataclass
@@ -51,6 +52,21 @@ def turn_outcome(failed: bool, reason: EndReason = EndReason.NONE, stopped: bool
     if failed:
         return _BY_REASON.get(reason, FAILED)
     return ASKED if asked else ANSWERED
+
+
+# a front's turn (client/observer.py) by its client-side status; None: never sent
+_BY_STATUS = {"answered": ANSWERED, "asked": ASKED, "not_understood": NOT_UNDERSTOOD,
+              "cancelled": STOPPED, "timed_out": TIMED_OUT}
+
+
+def front_outcome(status: Optional[str]) -> str:
+    """The outcome label of one turn a front (OpenAI, A2A, MCP, Wyoming) ended, from the
+    value of its core/outcomes.TurnStatus: the hub's labels, the same meaning seen from the
+    client. `cancelled` (the caller hung up, or gave up before it was sent) is "stopped";
+    `lost`, `failed`, a turn never sent (None: no connection, a refused key) and any status
+    added later are "failed". The client cannot tell a replayed answer: "replayed" stays 0."""
+    return FAILED if status is None else _BY_STATUS.get(str(getattr(status, "value", status)),
+                                                    FAILED)
 
 
 @dataclass(frozen=True)
