@@ -30,23 +30,34 @@ class HttpHub:
                  **knobs):
         self.hub = HubProcess(agent_protocol or plugin_config(**knobs), generation="5",
                               venv=venv)
-        self.http_port = free_port()
-        path = os.path.join(hub_environment(self.hub.home)["XDG_CONFIG_HOME"], "hivemind-core",
-                            "server.json")
-        with open(path) as f:
-            config = json.load(f)
-        config["network_protocol"]["hivemind-http-plugin"] = {
-            "host": "127.0.0.1", "port": self.http_port}
-        with open(path, "w") as f:
-            json.dump(config, f)
+        self.http_port = add_http_listener(self.hub)
 
     def start(self) -> "HttpHub":
         self.hub.start()   # returns once the websocket listens
-        wait_listening(self.http_port, 30, self.hub.proc, "the hub's HTTP protocol")
+        wait_http(self.hub, self.http_port)
         return self
 
     def cleanup(self) -> None:
         self.hub.cleanup()
+
+
+def add_http_listener(hub: HubProcess) -> int:
+    """hivemind-http-protocol on a free port of 127.0.0.1 in `hub`'s server.json (a hub of a
+    venv that has it: http-hub-5); returns the port."""
+    port = free_port()
+    path = os.path.join(hub_environment(hub.home)["XDG_CONFIG_HOME"], "hivemind-core",
+                        "server.json")
+    with open(path) as f:
+        config = json.load(f)
+    config["network_protocol"]["hivemind-http-plugin"] = {"host": "127.0.0.1", "port": port}
+    with open(path, "w") as f:
+        json.dump(config, f)
+    return port
+
+
+def wait_http(hub: HubProcess, port: int) -> None:
+    """Until the started hub's HTTP listener accepts connections."""
+    wait_listening(port, 30, hub.proc, "the hub's HTTP protocol")
 
 
 class HttpSatellite:

@@ -189,3 +189,63 @@ def test_a_turns_latency_over_http_is_the_clients_poll(http_hub, satellites):
     print(f"HTTP turn latencies (s): {[round(x, 3) for x in latencies]}, "
           f"median {statistics.median(latencies):.3f}")
     assert max(latencies) < POLL + 4 * UNIT, latencies
+
+
+# ---- the OVOS mode: our plugin in front of an OVOS messagebus, satellites over HTTP ----
+
+@pytest.fixture(scope="module")
+def ovos_http_hub():
+    """tests/stock_hub.py's 5.x stock OVOS install (a genuine ovos-messagebus and a service
+    answering every utterance on it as a skill would) with our plugin in OVOS mode, the hub
+    from the http-hub-5 venv and serving HTTP beside its websocket."""
+    from http_hub import add_http_listener, wait_http
+    from stock_hub import StockOVOSHub
+    hub = StockOVOSHub(plugin="ovos-mode", generation="5", hub_venv="http-hub-5")
+    hub.http_port = add_http_listener(hub.hub)
+    try:
+        hub.start()
+        wait_http(hub.hub, hub.http_port)
+    except Exception:
+        hub.cleanup()
+        raise
+    yield hub
+    hub.cleanup()
+
+
+@pytest.fixture
+def ovos_satellites(ovos_http_hub):
+    made = []
+
+    def make(name="http-ovos-sat"):
+        sat = HttpSatellite(ovos_http_hub.http_port, ovos_http_hub.add_client(name=name),
+                            name=name)
+        made.append(sat)
+        # the mode takes utterances once the bus's skills say they are ready (wait_for_skills)
+        assert wait_until(lambda: spoken(answer(sat, "warm", "warm")) == ["you said warm"],
+                          60, poll=0.5)
+        return sat
+    yield make
+    for sat in made:
+        sat.close()
+
+
+def test_the_ovos_mode_answers_http_satellites_under_their_own_sessions_and_apart(
+        ovos_satellites):
+    a, b = ovos_satellites("http-ovos-a"), ovos_satellites("http-ovos-b")
+    got = answer(a, "what time is it", "o-a")
+    assert [m["type"] for m in got] == ["speak", HANDLED], got
+    assert spoken(got) == ["you said what time is it"]
+    assert all(m["context"]["destination"].startswith("http-ovos-a::") for m in got), got
+    since_a, since_b = a.mark(), b.mark()     # at once, one session name for both
+    a.say("tell me a joke", "o-same")
+    b.say("set a timer", "o-same")
+    a.until_handled(since=since_a, session_id="o-same")
+    b.until_handled(since=since_b, session_id="o-same")
+    hold_still()
+    time.sleep(POLL)
+    assert spoken(a.messages(since_a)) == ["you said tell me a joke"], a.messages(since_a)
+    assert spoken(b.messages(since_b)) == ["you said set a timer"], b.messages(since_b)
+    for sat, name in ((a, "http-ovos-a::"), (b, "http-ovos-b::")):
+        got = sat.messages(since_a if sat is a else since_b)
+        assert [m["type"] for m in got].count(HANDLED) == 1, got
+        assert all(m["context"]["destination"].startswith(name) for m in got), got
