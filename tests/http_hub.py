@@ -65,12 +65,15 @@ class HttpSatellite:
     one access key; its identity (and Noise static key) in a folder of its own. It records every
     BUS message the hub sends it, with the time it arrived."""
 
-    def __init__(self, http_port: int, creds, name: str = "http-sat"):
+    def __init__(self, http_port: int, creds, name: str = "http-sat",
+                 home: Optional[str] = None):
+        """`home`: the identity folder of an earlier satellite of the same access key (the hub
+        pinned that key's Noise static key)."""
         from hivemind_bus_client.http_client import HiveMindHTTPClient
         from hivemind_bus_client.identity import NodeIdentity
         from hivemind_bus_client.message import HiveMessageType
         from json_database import JsonStorage
-        self.home = tempfile.mkdtemp(prefix="hm-test-http-sat-")
+        self.home = home or tempfile.mkdtemp(prefix="hm-test-http-sat-")
         identity = NodeIdentity(identity_file=JsonStorage(os.path.join(self.home,
                                                                        "_identity.json")))
         self.client = HiveMindHTTPClient(key=creds.key, password=creds.password,

@@ -171,6 +171,35 @@ def test_a_stop_ends_a_long_answer_and_the_next_turn_runs(http_hub, satellites, 
     assert spoken(answer(sat, "count 2", "h-stop")) == ["sentence 1", "sentence 2"]
 
 
+def test_a_satellite_back_on_the_same_key_gets_nothing_of_the_answer_it_left(
+        http_hub, satellites, make_agent):
+    """The hub's HTTP outbox is the access key's, not the connection's: a sentence written to
+    the connection that left would reach the next connection of the key. The plugin writes
+    nothing to a connection hivemind-core reported gone (the answer itself runs on)."""
+    creds = http_hub.hub.add_client(name="http-back")
+    first = HttpSatellite(http_hub.http_port, creds, name="http-back")
+    probe = make_agent(http_hub.hub.add_client(name="http-back-probe").agent_config(timeout=10))
+    try:
+        since = first.mark()
+        first.say("talk 80 0.1", "left")
+        assert first.until(lambda got: len(spoken(got, "left")) >= 2, since=since)
+    finally:
+        first.close()
+    second = HttpSatellite(http_hub.http_port, creds, name="http-back", home=first.home)
+    try:
+        assert probe.get_response("talking", session_id="probe") == "1"   # still answering
+        got = answer(second, "count 2", "back")
+        assert spoken(got) == ["sentence 1", "sentence 2"], got
+        assert wait_until(lambda: probe.get_response("talking", session_id="probe") == "0",
+                          10)
+        hold_still()
+        time.sleep(POLL)
+        assert not any("talk" in (text or "") for text in spoken(second.messages())), \
+            second.messages()
+    finally:
+        second.close()
+
+
 def test_a_turns_latency_over_http_is_the_clients_poll(http_hub, satellites):
     """Each turn takes up to one poll of HiveMindHTTPClient (1 s) where the websocket takes
     milliseconds: the hub queues the answer at once and the client fetches it at its next
