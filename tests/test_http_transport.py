@@ -16,7 +16,7 @@ from waiting import UNIT, hold_still, wait_until
 
 pytestmark = pytest.mark.hub
 if "5" not in hub_generations():   # HIVEMIND_CHAT_GENERATIONS=4.0
-    pytest.skip("hivemind-http-protocol 0.0.20a2 needs a 5.x hub (hivemind-core >= 5); "
+    pytest.skip("hivemind-http-protocol 0.0.20a2 needs a 5.x hub (hivemind-core>=5.1.0a2); "
                 "HIVEMIND_CHAT_GENERATIONS excludes 5", allow_module_level=True)
 
 from http_hub import HANDLED, HttpHub, HttpSatellite, session_of, spoken  # noqa: E402
