@@ -2,7 +2,8 @@
 hub plugin answering both: tests/hub_venvs.py's http-hub-5 (hivemind-core 5.3.10a1,
 hivemind-http-protocol 0.0.20a2, its listener on a free port of 127.0.0.1), for
 tests/test_http_transport.py; and `HttpSatellite`, hivemind-bus-client's own
-`HiveMindHTTPClient` (1.2.12a1, the test process's), as a satellite on that transport runs it.
+`HiveMindHTTPClient` (1.2.12a1, the test process's), as a satellite on that transport runs it
+(`WsSatellite`: the same library's websocket client, recording the same way, to compare).
 
     hub = HttpHub().start(); sat = HttpSatellite(hub.http_port, hub.hub.add_client())
     sat.say("hello", session_id="a"); sat.until_handled(); sat.close(); hub.cleanup()
@@ -60,31 +61,16 @@ def wait_http(hub: HubProcess, port: int) -> None:
     wait_listening(port, 30, hub.proc, "the hub's HTTP protocol")
 
 
-class HttpSatellite:
-    """hivemind-bus-client's `HiveMindHTTPClient` connected (Noise handshake over HTTP) with
-    one access key; its identity (and Noise static key) in a folder of its own. It records every
-    BUS message the hub sends it, with the time it arrived."""
+class RecordingSatellite:
+    """What a test satellite does with its hivemind-bus-client client (`self.client`, its
+    `on(HiveMessageType.BUS, self._on_bus)` handler set): it records every BUS message the hub
+    sends it, with the time it arrived, and sends utterances under a session of its choice."""
 
-    def __init__(self, http_port: int, creds, name: str = "http-sat",
-                 home: Optional[str] = None):
-        """`home`: the identity folder of an earlier satellite of the same access key (the hub
-        pinned that key's Noise static key)."""
-        from hivemind_bus_client.http_client import HiveMindHTTPClient
-        from hivemind_bus_client.identity import NodeIdentity
+    def _start_recording(self) -> None:
         from hivemind_bus_client.message import HiveMessageType
-        from json_database import JsonStorage
-        self.home = home or tempfile.mkdtemp(prefix="hm-test-http-sat-")
-        identity = NodeIdentity(identity_file=JsonStorage(os.path.join(self.home,
-                                                                       "_identity.json")))
-        self.client = HiveMindHTTPClient(key=creds.key, password=creds.password,
-                                         host="http://127.0.0.1", port=http_port,
-                                         useragent=name, identity=identity)
         self.received = []       # (time.monotonic(), message as a dict)
         self._lock = threading.Lock()
         self.client.on(HiveMessageType.BUS, self._on_bus)
-        self.client.connect()
-        if not self.client.handshake_event.is_set():
-            raise RuntimeError("no handshake with the hub over HTTP")
 
     def _on_bus(self, hive_message) -> None:
         message = hive_message.payload
@@ -131,12 +117,52 @@ class HttpSatellite:
                        for m in got) >= count
         return self.until(done, timeout, since)
 
+
+class HttpSatellite(RecordingSatellite):
+    """hivemind-bus-client's `HiveMindHTTPClient` connected (Noise handshake over HTTP) with
+    one access key; its identity (and Noise static key) in a folder of its own."""
+
+    def __init__(self, http_port: int, creds, name: str = "http-sat",
+                 home: Optional[str] = None):
+        """`home`: the identity folder of an earlier satellite of the same access key (the hub
+        pinned that key's Noise static key)."""
+        from hivemind_bus_client.http_client import HiveMindHTTPClient
+        from hivemind_bus_client.identity import NodeIdentity
+        from json_database import JsonStorage
+        self.home = home or tempfile.mkdtemp(prefix="hm-test-http-sat-")
+        identity = NodeIdentity(identity_file=JsonStorage(os.path.join(self.home,
+                                                                       "_identity.json")))
+        self.client = HiveMindHTTPClient(key=creds.key, password=creds.password,
+                                         host="http://127.0.0.1", port=http_port,
+                                         useragent=name, identity=identity)
+        self._start_recording()
+        self.client.connect()
+        if not self.client.handshake_event.is_set():
+            raise RuntimeError("no handshake with the hub over HTTP")
+
     def close(self) -> None:
         self.client.shutdown()
         try:
             self.client.disconnect()
         except Exception:   # noqa: BLE001 - the hub may be gone already
             pass
+
+
+class WsSatellite(RecordingSatellite):
+    """hivemind-bus-client's websocket client on the same hub (its websocket port), recording
+    the same way."""
+
+    def __init__(self, creds, name: str = "ws-sat"):
+        from hivemind_bus_client.client import HiveMessageBusClient
+        from raw_satellite import satellite_identity
+        self.client = HiveMessageBusClient(key=creds.key, password=creds.password,
+                                           host="ws://127.0.0.1", port=creds.port,
+                                           useragent=name, identity=satellite_identity())
+        self.client.connect()
+        self._start_recording()
+
+    def close(self) -> None:
+        self.client.close()
 
 
 def session_of(message) -> Optional[str]:

@@ -7,7 +7,6 @@ hivemind-core's CLI. What it gets is what a websocket satellite gets (speak sent
 answer; a turn's latency is the client's poll (it asks the hub every second)."""
 import json
 import statistics
-import threading
 import time
 
 import pytest
@@ -19,7 +18,14 @@ if "5" not in hub_generations():   # HIVEMIND_CHAT_GENERATIONS=4.0
     pytest.skip("hivemind-http-protocol 0.0.20a2 needs a 5.x hub (hivemind-core>=5.1.0a2); "
                 "HIVEMIND_CHAT_GENERATIONS excludes 5", allow_module_level=True)
 
-from http_hub import HANDLED, HttpHub, HttpSatellite, session_of, spoken  # noqa: E402
+from http_hub import (  # noqa: E402
+    HANDLED,
+    HttpHub,
+    HttpSatellite,
+    WsSatellite,
+    session_of,
+    spoken,
+)
 
 POLL = 1.0   # HiveMindHTTPClient's poll interval (its run loop waits 1 s between polls)
 STOP_ANSWER = "hivemind-chat-agent-plugin.stop.response"
@@ -44,34 +50,6 @@ def satellites(http_hub):
     yield make
     for sat in made:
         sat.close()
-
-
-class WsSatellite:
-    """hivemind-bus-client's websocket client on the same hub, recording the same way."""
-
-    def __init__(self, creds):
-        from hivemind_bus_client.client import HiveMessageBusClient
-        from hivemind_bus_client.message import HiveMessageType
-        from raw_satellite import satellite_identity
-        self.client = HiveMessageBusClient(key=creds.key, password=creds.password,
-                                           host="ws://127.0.0.1", port=creds.port,
-                                           useragent="ws-sat", identity=satellite_identity())
-        self.received = []
-        self.client.connect()
-        self.client.on(HiveMessageType.BUS, self._on_bus)
-
-    _on_bus = HttpSatellite._on_bus
-    _lock = threading.Lock()
-    mark = HttpSatellite.mark
-    messages = HttpSatellite.messages
-    timed = HttpSatellite.timed
-    until = HttpSatellite.until
-    until_handled = HttpSatellite.until_handled
-    say = HttpSatellite.say
-    emit = HttpSatellite.emit
-
-    def close(self):
-        self.client.close()
 
 
 def answer(sat, text, session_id, timeout=15.0):
