@@ -21,6 +21,8 @@ venv, an unchanged one is reused, and nothing depends on the cache being there.
                  protocol: a second hub answered by an A2A agent (requirements-a2a-hub-5.txt)
     mqtt-hub-5   hivemind-core 5.3.10a1 with hivemind-mqtt-protocol 0.2.5a2 beside the websocket:
                  the hub of tests/test_mqtt_real.py, running this checkout's hub plugin
+    http-hub-5   hivemind-core 5.3.10a1 with hivemind-http-protocol 0.0.20a2 beside the websocket:
+                 the hub of tests/test_http_transport.py (tests/http_hub.py), our hub plugin
 
 A venv that runs this checkout's code (hub-4.0: our hub plugin, the test pipeline) does not get
 the package installed into it. `package_path()` gives a small folder to put first on the hub's
@@ -30,8 +32,9 @@ cached venv serves any number of checkouts, at the same time too.
 
     python tests/hub_venvs.py [NAME ...]   builds the venvs (all by default), prints their paths
 
-HIVEMIND_CHAT_VENV_<NAME> (HUB_4_0, OVOS_HUB, OVOS_HUB_5, A2A_PERSONA, A2A_HUB_5, MQTT_HUB_5
-...; and, as before, HIVEMIND_CHAT_OVOS_VENV) name a ready venv to use instead of the cached one.
+HIVEMIND_CHAT_VENV_<NAME> (HUB_4_0, OVOS_HUB, OVOS_HUB_5, A2A_PERSONA, A2A_HUB_5, MQTT_HUB_5,
+HTTP_HUB_5 ...; and, as before, HIVEMIND_CHAT_OVOS_VENV) name a ready venv to use instead of
+the cached one.
 """
 import configparser
 import fcntl
@@ -59,6 +62,7 @@ VENVS = {
     "a2a-persona": "requirements-a2a-persona.txt",
     "a2a-hub-5": "requirements-a2a-hub-5.txt",
     "mqtt-hub-5": "requirements-mqtt-hub-5.txt",
+    "http-hub-5": "requirements-http-hub-5.txt",
 }
 # complete pinned sets that contradict a package's declared bounds on purpose
 NO_DEPS = {"hub-4.0-noise"}

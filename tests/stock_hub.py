@@ -78,8 +78,11 @@ def answering_service(port: int, quick: bool = False) -> None:
 
 class StockOVOSHub:
     def __init__(self, agent_protocol=None, plugin="stock", quick_answerer=False,
-                 settings=None, generation="4.0"):
-        """`settings`: more keys of our plugin's server.json section (plugin "ovos-mode")."""
+                 settings=None, generation="4.0", hub_venv=None):
+        """`settings`: more keys of our plugin's server.json section (plugin "ovos-mode");
+        `hub_venv`: another venv of tests/hub_venvs.py for hivemind-core alone (e.g.
+        "http-hub-5", with hivemind-http-protocol), the bus and its answering service still
+        from the generation's own."""
         from hubs import HubProcess, free_port
         if plugin not in PLUGINS:
             raise ValueError(f"plugin is one of {PLUGINS}, not {plugin!r}")
@@ -100,7 +103,7 @@ class StockOVOSHub:
                        STOCK_PLUGIN: {"host": "127.0.0.1", "port": self.bus_port}}
         self.agent_protocol = agent_protocol or default
         self.hub = HubProcess(self.agent_protocol, generation=generation,
-                              venv=None if generation == "4.0" else venv_name)
+                              venv=hub_venv or (None if generation == "4.0" else venv_name))
         self.home = self.hub.home
         self.procs = []
         config = os.path.join(self.home, "config", "mycroft", "mycroft.conf")
