@@ -35,6 +35,15 @@ Each entry: the library and versions it targets, why, and the upstream fix that 
   reading it: over mqtts:// two threads then share one OpenSSL object (a lost connection in a
   test). Naming the loop's thread as paho's own makes a publish queue its packet and wake the
   loop, which writes it. Fix: a paho option to write from the loop only.
+- `mqtt_writes_on_its_thread` (hub side): hivemind-mqtt-protocol 0.2.x runs paho's
+  `loop_forever` on its own thread (so paho's `_thread` is None), and its connections'
+  `send_msg` closes over that client. The hub plugin writes replies from its own loop's thread
+  (the MQTT thread runs no asyncio loop), and paho then writes from both threads at once:
+  `_packet_write` pops and sends without a lock, so two frames could leave in the wrong order,
+  and the client's Noise transport refuses a frame out of order ("a frame from the hub failed
+  authentication", once under load with 24 sessions on one connection). The MQTT thread is
+  named paho's own, as above, at the connection's first message on it. Fix: the same paho
+  option, or the plugin's publish handed to the MQTT thread.
 - `socket_handler` (reads, patches nothing): hivemind-websocket-protocol 0.0.x `send_msg`'s
   closure. 4.0's `send_msg` drops the write's Future and asyncio logs each failed one. Fix:
   return the Future from `send_msg`.
@@ -42,6 +51,7 @@ Each entry: the library and versions it targets, why, and the upstream fix that 
 import asyncio
 import importlib
 import sys
+import threading
 import time
 from typing import Any, Callable, Optional, Tuple
 
@@ -143,6 +153,25 @@ def watch_v4_decoding(mark: Callable[[Any, Any], None]) -> bool:
     setattr(decode, _WATCHED, True)
     HiveMindClientConnection.decode = decode
     return True
+
+
+def mqtt_writes_on_its_thread(connection: Any) -> bool:
+    """If `connection` (hivemind-core's) is hivemind-mqtt-protocol's, its `send_msg` closing
+    over a paho client whose loop runs on the calling thread (called from that thread, at the
+    connection's first message), make paho leave every write to this thread. True if it did
+    now or before."""
+    send = getattr(connection, "send_msg", None)
+    for cell in getattr(send, "__closure__", None) or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:          # an empty cell
+            continue
+        if hasattr(value, "_out_packet") and hasattr(value, "_thread") and \
+                hasattr(value, "publish"):
+            if value._thread is None:
+                return paho_writes_on_loop_thread(value, threading.current_thread())
+            return value._thread is threading.current_thread()
+    return False
 
 
 def paho_writes_on_loop_thread(client: Any, thread: Any) -> bool:

@@ -122,3 +122,38 @@ def test_paho_still_has_the_thread_attribute_its_loop_thread_is_named_by():
     client = mqtt.Client(callback_api_version=CallbackAPIVersion.VERSION2, client_id="c")
     assert compat.paho_writes_on_loop_thread(client, threading.current_thread())
     assert client._thread is threading.current_thread()
+
+
+def test_an_mqtt_hubs_paho_client_writes_only_on_its_loop_thread(monkeypatch):
+    """hivemind-mqtt-protocol's connection closes over its paho client (run by loop_forever,
+    so `_thread` is None): named at the connection's first message on the MQTT thread, a
+    publish from the plugin's reply thread only queues its packet (the loop writes it),
+    where before it wrote at once, racing the loop thread's own writes."""
+    import threading
+
+    mqtt = pytest.importorskip("paho.mqtt.client")
+    from paho.mqtt.enums import CallbackAPIVersion
+    client = mqtt.Client(callback_api_version=CallbackAPIVersion.VERSION2, client_id="hub")
+    writers = []
+    monkeypatch.setattr(client, "loop_write", lambda: writers.append(threading.get_ident()))
+
+    def send_msg(payload, is_bin=False):
+        client._packet_queue(0x30, bytearray(b"frame"), 0, 0)    # what publish queues
+
+    connection = type("Connection", (), {"send_msg": staticmethod(send_msg)})()
+    reply_thread = threading.Thread(target=connection.send_msg, args=(b"before",))
+    reply_thread.start()
+    reply_thread.join()
+    assert writers, "paho wrote from the reply thread (the race this patch removes)"
+    writers.clear()
+    mqtt_thread = threading.Thread(target=lambda: writers.append(
+        ("named", compat.mqtt_writes_on_its_thread(connection))))
+    mqtt_thread.start()
+    mqtt_thread.join()
+    assert writers == [("named", True)] and client._thread is mqtt_thread
+    writers.clear()
+    reply_thread = threading.Thread(target=connection.send_msg, args=(b"after",))
+    reply_thread.start()
+    reply_thread.join()
+    assert writers == []                  # queued for the loop thread, not written here
+    assert compat.mqtt_writes_on_its_thread(type("Ws", (), {"send_msg": print})()) is False

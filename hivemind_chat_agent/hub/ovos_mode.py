@@ -169,6 +169,7 @@ class OVOSModeProtocol(AgentProtocol):
         the connection object itself (it goes when the connection goes), set once: a
         connection's messages all come in on its transport's thread."""
         if getattr(client, LOOP_ATTRIBUTE, None) is None:
+            compat.mqtt_writes_on_its_thread(client)   # paho's writes on one thread (MQTT)
             try:
                 setattr(client, LOOP_ATTRIBUTE, loop_here(self.own_loop))
             except AttributeError:      # a connection type that takes no attributes

@@ -86,6 +86,7 @@ class ChatAgentProtocol(AgentProtocol):
 
         def on_connect(client: Any) -> None:
             self.drainer.connected(client, loop_here(self.own_loop))
+            compat.mqtt_writes_on_its_thread(client)   # paho's writes on one thread (MQTT)
             core_on_connect(client)
 
         def on_disconnect(client: Any) -> None:
