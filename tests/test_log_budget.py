@@ -49,3 +49,20 @@ def test_a_flood_of_refusals_writes_a_few_warning_lines(monkeypatch):
     refusal_log.warn_refusal("failure", "neighbour", "answering neighbour with a failure: x")
     assert len(lines) == 6
     assert lines[-1] == "answering neighbour with a failure: x"
+
+
+def test_an_answer_outliving_its_satellite_writes_a_few_lines_not_one_per_sentence(monkeypatch):
+    """A satellite that left mid-answer: every later sentence is not sent, and said so within
+    the budget (over HTTP and websocket one answer gave 30-54 WARNING lines)."""
+    from ovos_bus_client.message import Message
+
+    from hivemind_chat_agent.hub.connections import mark_closed
+    from hivemind_chat_agent.hub.dialects import send_reply
+    lines = []
+    monkeypatch.setattr(refusal_log, "REFUSALS", LogBudget(lines=5, window=60.0))
+    monkeypatch.setattr(refusal_log.LOG, "warning", lines.append)
+    gone = type("Connection", (), {"peer": "sat::gone"})()
+    mark_closed(gone)
+    for i in range(50):
+        send_reply(gone, gone.peer, Message("speak", {"utterance": f"sentence {i}"}))
+    assert len(lines) == 5 and all("not sending speak" in line for line in lines), lines

@@ -26,6 +26,7 @@ from hivemind_chat_agent import compat
 from hivemind_chat_agent.core.limits import shown, shown_name
 from hivemind_chat_agent.errors import ReplyNotSent
 from hivemind_chat_agent.hub.connections import connection_closed
+from hivemind_chat_agent.hub.refusal_log import warn_refusal
 
 _DIALECT_ATTR = "_hivemind_chat_dialect"
 
@@ -54,11 +55,20 @@ def dialect_for(client) -> Optional[ModuleType]:
     return dialect
 
 
-def send_reply(client, peer: str, reply, not_sent: Callable[[str], None] = LOG.warning) -> None:
+def _warn_not_sent(peer: str, line: str) -> None:
+    """A reply that could not go out: a WARNING within the sender's line budget
+    (hub/refusal_log.py), since an answer that outlives its satellite has a line for each of
+    its sentences (30-54 for one answer over HTTP and websocket alike)."""
+    warn_refusal("not sent", peer, line)
+
+
+def send_reply(client, peer: str, reply,
+               not_sent: Optional[Callable[[str], None]] = None) -> None:
     """IO loop: write `reply` (a Message) to the connection `client`, by the object, not by its
     peer name (a satellite's HELLO renames a connection on 5.x while it stays). A reply that
     cannot go out is logged with the reason, never silence: one to a connection gone or of no
-    known generation through `not_sent`, any other failure as a WARNING. The write's time is
+    known generation through `not_sent` (default: a WARNING within the sender's line budget),
+    any other failure as a WARNING. The write's time is
     charged to the connection's share of the loop (core/loop_share.py): answering a flood
     costs the flooder, not the others."""
     dialect = dialect_for(client)
@@ -71,7 +81,11 @@ def send_reply(client, peer: str, reply, not_sent: Callable[[str], None] = LOG.w
         dialect.send(client, reply)
         compat.charge_loop_time(client, time.thread_time() - started)   # its share's debt
     except ReplyNotSent as e:
-        not_sent(f"not sending {shown(reply.msg_type, quote=False)} to {shown_name(peer)}: {e}")
+        line = f"not sending {shown(reply.msg_type, quote=False)} to {shown_name(peer)}: {e}"
+        if not_sent is None:
+            _warn_not_sent(peer, line)
+        else:
+            not_sent(line)
     except Exception as e:
         LOG.warning(f"could not send {shown(reply.msg_type, quote=False)} to {shown_name(peer)}: "
                     f"{type(e).__name__}: {shown(str(e), 200, quote=False)}")
