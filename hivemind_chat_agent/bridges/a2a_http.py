@@ -186,9 +186,7 @@ def serve_from_cli(args, out, config: Dict[str, Any]) -> int:
         raise ConfigurationError("--max-tasks must be at least 1")
     from hivemind_chat_agent.bridges import front_metrics
     metrics = front_metrics.metrics_for("a2a", args.metrics)
-    with serving.front_agent(config, "hivemind-chat-a2a") as agent:
-        if metrics is not None:
-            agent.observe(metrics)
+    with serving.front_agent(config, "hivemind-chat-a2a", observer=metrics) as agent:
         app = guarded_app(agent, guard, url, limits, TaskBook(max_tasks=args.max_tasks),
                           metrics)
         out.info(f"A2A agent on {url} (card at {url.rstrip('/')}{CARD_PATH})"

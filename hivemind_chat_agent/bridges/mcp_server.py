@@ -287,9 +287,7 @@ def serve_from_cli(args, out, config: Dict[str, Any]) -> int:
     limits = http_front.limits_from(args)
     from hivemind_chat_agent.bridges import front_metrics
     metrics = front_metrics.metrics_for("mcp", args.metrics)
-    with serving.front_agent(config, "hivemind-chat-mcp") as agent:
-        if metrics is not None:
-            agent.observe(metrics)
+    with serving.front_agent(config, "hivemind-chat-mcp", observer=metrics) as agent:
         app = http_app(build_server(agent, asks=asks_from(args, agent)), guard, limits,
                        metrics)
         out.info(f"MCP server (streamable HTTP) on http://{where.host}:{where.port}{MCP_PATH}"

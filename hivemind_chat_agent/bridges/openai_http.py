@@ -131,13 +131,11 @@ def serve_from_cli(args, out, config: Dict[str, Any]) -> int:
     guard = http_front.guard_from_cli(args, where.host, "OpenAI API server")
     limits = http_front.limits_from(args)
     metrics = front_metrics.metrics_for("openai", args.metrics)
-    with serving.front_agent(config, "hivemind-chat-openai") as agent:
+    with serving.front_agent(config, "hivemind-chat-openai", observer=metrics) as agent:
         out.info(f"OpenAI-compatible API on {args.uri}/v1 (model \"hivemind-chat\")"
                  + (f"; {len(guard.keys)} API key(s)" if guard.keys
                     else "; no API key: loopback only")
                  + (f"; metrics at {args.uri}/metrics" if metrics else ""))
-        if metrics is not None:
-            agent.observe(metrics)
         bridge = OpenAIBridge(agent)
         return serving.serve_until_signalled(
             lambda stopping: serve(bridge, where.host, where.port, guard, limits,

@@ -142,13 +142,17 @@ def read_keys(given: List[str], files: List[str], env: str = API_KEY_ENV) -> Key
 
 
 @contextlib.contextmanager
-def front_agent(config: dict, useragent: str, **settings: Any) -> Iterator[Any]:
+def front_agent(config: dict, useragent: str, observer: Any = None,
+                **settings: Any) -> Iterator[Any]:
     """The HiveMindChatAgent a front serves: the CLI's agent `config`, the front's
-    `useragent`, and its own `settings` (None leaves the config's); shut down on leaving,
-    however the server ended."""
+    `useragent`, and its own `settings` (None leaves the config's), reporting to `observer`
+    (the front's metrics, when `--metrics` asked for them); shut down on leaving, however the
+    server ended."""
     from hivemind_chat_agent.client.agent import HiveMindChatAgent
     agent = HiveMindChatAgent({**config, "useragent": useragent,
                                **{k: v for k, v in settings.items() if v is not None}})
+    if observer is not None:
+        agent.observe(observer)
     try:
         yield agent
     finally:

@@ -139,7 +139,8 @@ def serve_from_cli(args, out, config: Dict[str, Any]) -> int:
     guard_for(args)                      # refused before the hub is dialled
     metrics_address(args)
     metrics = front_metrics.metrics_for("wyoming", bool(args.metrics))
-    with serving.front_agent(config, "hivemind-chat-wyoming", churn_guard=args.churn_guard,
+    with serving.front_agent(config, "hivemind-chat-wyoming", observer=metrics,
+                             churn_guard=args.churn_guard,
                              spare_connections=args.spare_connections) as agent:
         bridge = WyomingBridge(agent, args.languages, args.session_per_device,
                                version=_version(), stream=args.stream,
@@ -147,7 +148,6 @@ def serve_from_cli(args, out, config: Dict[str, Any]) -> int:
         (host, port), guard = guard_for(args, turn_wait_of(bridge))
         endpoint = None
         if metrics is not None:
-            agent.observe(metrics)
             guard.metrics = metrics
             endpoint = front_metrics.serve_on(metrics, args.metrics, args.metrics_allow_from,
                                               "wyoming")
