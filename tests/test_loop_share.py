@@ -81,3 +81,16 @@ def test_writing_a_connections_replies_is_charged_to_it():
     assert asyncio.iscoroutine(pause)
     pause.close()
     compat.charge_loop_time(Connection(), 1.0)           # one never paced: nothing to charge
+
+
+def test_both_modes_read_the_pacing_with_their_other_settings():
+    """A bad loop_share is refused where every other setting is, before the plugin loads its
+    engine or opens its store."""
+    from hivemind_chat_agent.hub.ovos_settings import OvosModeSettings
+    from hivemind_chat_agent.hub.settings import HubSettings
+    assert HubSettings.from_dict({"engine": "e"}).loop_pacing == (0.25, 1.0)
+    assert OvosModeSettings.from_dict({"loop_share": 0}).loop_pacing is None
+    for settings, config in ((HubSettings, {"engine": "e", "loop_share": 2}),
+                             (OvosModeSettings, {"loop_burst": -1})):
+        with pytest.raises(ConfigurationError, match="loop_share"):
+            settings.from_dict(config)

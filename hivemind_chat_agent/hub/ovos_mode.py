@@ -36,7 +36,6 @@ from ovos_utils.log import LOG
 
 from hivemind_chat_agent import compat
 from hivemind_chat_agent.core.limits import shown, shown_name
-from hivemind_chat_agent.core.loop_share import loop_pacing
 from hivemind_chat_agent.core.ovos_routes import (
     Outbound,
     OvosRoutes,
@@ -112,7 +111,7 @@ class OVOSModeProtocol(AgentProtocol):
         self._secret: Optional[bytes] = None
         self._closing = False
         install_dialects()
-        compat.for_hub(loop_pacing(self.config))
+        compat.for_hub(self.settings.loop_pacing)
         self.ovos = bus_factory(self.settings.bus, self._from_ovos, self._bus_up,
                                 self._bus_down, retry=self.settings.bus_retry,
                                 max_retry=self.settings.bus_max_retry)

@@ -5,9 +5,10 @@ ovos-plugin-manager pre-releases, which a stable OVOS install (ovos-core 2.1.1 s
 ovos-plugin-manager 2.2.0) does not have; the OVOS mode must load there.
 """
 from dataclasses import dataclass
-from typing import Any, Dict
+from typing import Any, Dict, Optional, Tuple
 from urllib.parse import urlsplit
 
+from hivemind_chat_agent.core.loop_share import DEFAULT_BURST, DEFAULT_SHARE, loop_pacing
 from hivemind_chat_agent.core.ovos_routes import RouteLimits
 from hivemind_chat_agent.core.protocol_names import CHAT_PLUGIN_NAME as PLUGIN_NAME
 from hivemind_chat_agent.errors import ConfigurationError
@@ -69,6 +70,8 @@ class OvosModeSettings:
     max_queries: int = 8          # QUERY answers in progress at once (more are declined)
     max_query_chars: int = 4096   # a longer QUERY utterance is declined
     wait_for_skills: bool = True  # utterances only once ovos-core's skills answer (is_ready)
+    # each satellite connection's (share, burst) of the IO loop; None: reads not paced
+    loop_pacing: Optional[Tuple[float, float]] = (DEFAULT_SHARE, DEFAULT_BURST)
 
     @classmethod
     def from_dict(cls, config: Dict[str, Any]) -> "OvosModeSettings":
@@ -93,7 +96,8 @@ class OvosModeSettings:
                            float(config.get("query_timeout", 10.0)),
                            int(config.get("max_queries", 8)),
                            int(config.get("max_query_chars", 4096)),
-                           wait_for_skills(config.get("wait_for_skills", True)))
+                           wait_for_skills(config.get("wait_for_skills", True)),
+                           loop_pacing(config))
         except (TypeError, ValueError) as e:
             raise ConfigurationError(f"invalid number in {PLUGIN_NAME} config: {e}") from None
         if min(limits.max_queued_per_client, limits.max_in_flight_per_session,

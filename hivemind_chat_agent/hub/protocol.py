@@ -32,7 +32,6 @@ from hivemind_chat_agent import compat
 from hivemind_chat_agent.core.clock import Clock
 from hivemind_chat_agent.core.health import Verdict, readiness
 from hivemind_chat_agent.core.limits import id_refusal
-from hivemind_chat_agent.core.loop_share import loop_pacing
 from hivemind_chat_agent.core.protocol_names import SPEAK_TYPE, STOP_TYPES, UTTERANCE_TYPES
 from hivemind_chat_agent.core.replies import first_utterance
 from hivemind_chat_agent.core.satellites import client_fingerprint
@@ -133,7 +132,7 @@ class ChatAgentProtocol(AgentProtocol):
                                         self.engine)
         install_dialects()
         # leak-free codecs (stock satellites pick JSON-B91), cheap LOG names, paced reads
-        compat.for_hub(loop_pacing(self.config))
+        compat.for_hub(self.settings.loop_pacing)
         for msg_type in UTTERANCE_TYPES:
             self.bus.on(msg_type, self._on_utterance)
         for msg_type in STOP_TYPES:

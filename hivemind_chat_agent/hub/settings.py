@@ -1,11 +1,12 @@
 """What `hivemind-chat-agent-plugin` reads from hivemind-core's server.json, and its engine."""
 import importlib
 from dataclasses import dataclass, field
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 from ovos_plugin_manager.templates.agents import ChatEngine
 
 from hivemind_chat_agent.core.health import parse_address
+from hivemind_chat_agent.core.loop_share import DEFAULT_BURST, DEFAULT_SHARE, loop_pacing
 from hivemind_chat_agent.core.peer_gate import AllowList, is_loopback_bind, parse_network
 from hivemind_chat_agent.core.protocol_names import CHAT_PLUGIN_NAME as PLUGIN_NAME
 from hivemind_chat_agent.errors import ConfigurationError
@@ -30,6 +31,8 @@ class HubSettings:
     health: str = ""             # "HOST:PORT" of /healthz, /readyz, /metrics; "" off
     health_allow_from: Tuple[str, ...] = ()   # networks that may reach a non-loopback health
     drain_timeout: float = 20.0  # on SIGTERM: seconds the running turns get to finish
+    # each satellite connection's (share, burst) of the IO loop; None: reads not paced
+    loop_pacing: Optional[Tuple[float, float]] = (DEFAULT_SHARE, DEFAULT_BURST)
 
     @classmethod
     def from_dict(cls, config: Dict[str, Any]) -> "HubSettings":
@@ -58,7 +61,8 @@ class HubSettings:
                            conversation_store=str(config.get("conversation_store") or "memory"),
                            health=str(config.get("health") or ""),
                            health_allow_from=_strings(config.get("health_allow_from")),
-                           drain_timeout=float(config.get("drain_timeout", 20)))
+                           drain_timeout=float(config.get("drain_timeout", 20)),
+                           loop_pacing=loop_pacing(config))
         except (TypeError, ValueError) as e:
             raise ConfigurationError(f"invalid number in {PLUGIN_NAME} config: {e}") from None
         if settings.timeout <= 0 or settings.workers < 1 or settings.max_queue < 1 \
