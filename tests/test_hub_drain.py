@@ -18,7 +18,7 @@ from waiting import wait_until
 from hivemind_chat_agent import ChatAgentProtocol, HiveMindChatAgent, HubDrainingError
 from hivemind_chat_agent.bridges.local_hub import LocalHub
 from hivemind_chat_agent.client.turn_driver import DRAINING_RESENDS
-from hivemind_chat_agent.hub.protocol import DRAINING_SPEECH
+from hivemind_chat_agent.hub.draining import DRAINING_SPEECH
 
 pytestmark = pytest.mark.hub
 

@@ -16,6 +16,9 @@ every time handed in (the shell reads its clock):
   load balancer had not noticed yet) gets `HANDSHAKE_GRACE` seconds to finish its handshake
   and send its turn (which is refused) before it is closed as idle: a connection closed in its
   handshake reads to a client as "the hub does not know this access key";
+- `running_now(turns, now, connections)`: for a shell that counts its turns itself (the OVOS
+  mode: its routes know which utterances ovos-core has not handled yet), the admitted turns
+  of each connection now, in place of `admit`/`turn_ended`;
 - `tick(now, connections)`: the clock; the drain ends when no admitted turn is running and no
   newcomer is in its grace, or at `timeout` seconds after it began (the turns still running
   are cut: `Decision.cut`).
@@ -25,7 +28,7 @@ them to close, and whether the drain is over (`exit`: close the rest, shut down,
 """
 from dataclasses import dataclass
 from enum import Enum
-from typing import Dict, FrozenSet, Hashable, Iterable, Optional, Set
+from typing import Dict, FrozenSet, Hashable, Iterable, Mapping, Optional, Set
 
 DRAIN_TIMEOUT = 20.0     # seconds the turns running at SIGTERM get to finish
 HANDSHAKE_GRACE = 5.0    # seconds a connection opened during the drain is left alone
@@ -98,6 +101,12 @@ class Drain:
             self._turns[connection] = left
         else:
             self._turns.pop(connection, None)
+        return self._decide(now, connections)
+
+    def running_now(self, turns: Mapping[Hashable, int], now: float,
+                    connections: Iterable[Hashable]) -> Decision:
+        """The turns each connection has running now, as the shell counted them."""
+        self._turns = {c: n for c, n in turns.items() if n > 0}
         return self._decide(now, connections)
 
     def refused(self, now: float, connections: Iterable[Hashable]) -> Decision:

@@ -5,8 +5,9 @@ hub is ready, and which requests the endpoint answers at all.
   `hivemind_chat_turns_total` (docs/metrics.md). The labels are a contract with dashboards and
   alerts, so every EndReason a turn can end with maps to exactly one of OUTCOMES, and a reason
   added later falls into "failed" rather than into a label nobody queries.
-- `readiness`: 200 only while the store answers, the engine is loaded and the hub is not
-  draining; otherwise 503 and the first reason, so a load balancer (HAProxy's `option
+- `readiness` (`ovos_readiness` in the OVOS mode: the bus and ovos-core's skills in place of
+  the store and the engine): 200 only while the store answers, the engine is loaded and the
+  hub is not draining; otherwise 503 and the first reason, so a load balancer (HAProxy's `option
   httpchk`) sends no new satellite to a replica that could not serve it. A draining hub says
   404 instead (still not ready for any prober): HAProxy's `http-check disable-on-404` then
   sends it no new connection but keeps the open ones, whose turns are finishing, where a 503
@@ -96,6 +97,16 @@ def readiness(store_answers: bool, engine_loaded: bool, draining: bool) -> Verdi
     if not store_answers:
         return Verdict(503, "store_unavailable", "the conversation store does not answer; "
                                                  "turns fail until it is back")
+    return Verdict(200)
+
+
+def ovos_readiness(ovos_answers: bool, why: str, draining: bool) -> Verdict:
+    """`/readyz` in the OVOS mode: ready while the local ovos-core takes utterances (its
+    messagebus connected and its skills ready: `why` says which is not) and not draining."""
+    if draining:
+        return readiness(True, True, draining)
+    if not ovos_answers:
+        return Verdict(503, "ovos_unavailable", f"{why}; utterances are refused until it is")
     return Verdict(200)
 
 

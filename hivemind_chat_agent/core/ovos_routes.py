@@ -34,6 +34,8 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Deque, Dict, List, Optional, Set
 
+from hivemind_chat_agent.core.health import STOPPED, TIMED_OUT
+from hivemind_chat_agent.core.ovos_outcomes import UtteranceOutcomes
 from hivemind_chat_agent.core.protocol_names import (
     ANSWER_TAKEN_SUFFIX,
     HANDLED_TYPE,
@@ -117,9 +119,12 @@ class OvosRoutes:
     """The routing table and queues of the OVOS mode. Thread-safe by its caller: the shell
     holds one lock around every call (IO loop, bus thread and sender thread all use it)."""
 
-    def __init__(self, limits: RouteLimits, now: Callable[[], float]):
+    def __init__(self, limits: RouteLimits, now: Callable[[], float], metrics: Any = None):
+        """`metrics`: what handled and forgotten utterances are counted on
+        (core/ovos_outcomes.py), None for none."""
         self.limits = limits
         self.now = now
+        self.outcomes = UtteranceOutcomes(metrics)
         self.bus_up = False
         self.down_why = BUS_DOWN_WHY     # what a refused utterance is told while not bus_up
         self._next_sweep = 0.0
@@ -247,11 +252,12 @@ class OvosRoutes:
         never come); returns them, to be told."""
         self.bus_up = False
         self.down_why = BUS_DOWN_WHY
-        lost = [o for q in self._queues.values() for o in q if o.is_utterance]
+        lost = self._utterances_open()
         self._queues.clear()
-        for session in self._sessions.values():
-            lost.extend(outbound for _, outbound in session.in_flight)
-            session.in_flight.clear()
+        for sid, session in self._sessions.items():
+            if session.in_flight:        # failed: counted by the shell as it tells them
+                session.in_flight.clear()
+                self.outcomes.forget(sid)
         return lost
 
     # ---- OVOS -> satellite ----
@@ -273,6 +279,10 @@ class OvosRoutes:
         if sid is not None and followed is None:
             return []                  # a Session that is no satellite's: not theirs to read
         msg_type = message.get("type")
+        if followed is not None and followed.in_flight and isinstance(msg_type, str) \
+                and isinstance(sid, str):
+            self.outcomes.seen(sid, msg_type, message.get("data"), followed.in_flight[0][0],
+                               self.now())
         if followed is not None and isinstance(sid, str) and isinstance(msg_type, str) and (
                 msg_type == HANDLED_TYPE or msg_type.endswith(ANSWER_TAKEN_SUFFIX)):
             # ovos-core hands an answer to a waiting get_response and never sends that
@@ -334,10 +344,14 @@ class OvosRoutes:
                         {"type": message.get("type"), "data": message.get("data") or {},
                          "context": context})
 
-    def _handled(self, sid: str) -> None:
+    def _handled(self, sid: str, outcome: Optional[str] = None) -> None:
         session = self._sessions.get(sid)
         if session is not None and session.in_flight:
-            session.in_flight.popleft()
+            self._end_oldest(sid, session, outcome)
+
+    def _end_oldest(self, sid: str, session: _Session, outcome: Optional[str]) -> None:
+        sent_at, _ = session.in_flight.popleft()
+        self.outcomes.ended(sid, sent_at, self.now(), outcome)
 
     # ---- connections and time ----
     def closed(self, conn: str) -> None:
@@ -364,7 +378,7 @@ class OvosRoutes:
         for sid, session in list(self._sessions.items()):
             while session.in_flight and now - session.in_flight[0][0] >= \
                     self.limits.in_flight_timeout:
-                self._handled(sid)
+                self._handled(sid, TIMED_OUT)
             if now - session.last_seen >= self.limits.session_ttl and not session.in_flight:
                 self._forget_session(sid)
 
@@ -372,6 +386,9 @@ class OvosRoutes:
         session = self._sessions.pop(sid, None)
         if session is None:
             return
+        while session.in_flight:          # its satellite left before OVOS handled them
+            self._end_oldest(sid, session, STOPPED)
+        self.outcomes.forget(sid)
         recent = self._of_client.get(session.client)
         if recent is not None:
             recent.pop(sid, None)
@@ -379,6 +396,18 @@ class OvosRoutes:
                 del self._of_client[session.client]
         for connection in self._connections.values():
             connection.sessions.discard(sid)
+
+    def utterances_by_connection(self) -> Dict[str, int]:
+        """The utterances each connection has queued or in flight at OVOS (not handled yet):
+        what a draining hub waits for before it closes that connection."""
+        counts: Dict[str, int] = {}
+        for outbound in self._utterances_open():
+            counts[outbound.sender.conn] = counts.get(outbound.sender.conn, 0) + 1
+        return counts
+
+    def _utterances_open(self) -> List[Outbound]:
+        queued = [o for q in self._queues.values() for o in q if o.is_utterance]
+        return queued + [o for s in self._sessions.values() for _, o in s.in_flight]
 
     def __len__(self) -> int:
         """Sessions followed."""

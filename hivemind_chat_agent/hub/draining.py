@@ -26,13 +26,16 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Hashable, Iterable, List, Optional
+from typing import Any, Callable, Dict, Hashable, Iterable, List, Mapping, Optional
 
 from ovos_utils.log import LOG
 
 from hivemind_chat_agent.core.drain import Decision, Drain
 from hivemind_chat_agent.hub.connections import connection_closed, connection_token, hang_up
 
+DRAINING_WHY = ("this hub is shutting down and did not run the turn; send it to another hub "
+                "(our client does so by itself)")
+DRAINING_SPEECH = "This hub is restarting. Please ask again in a moment."
 CLOSE_CODE = 1001            # "going away": the server is shutting down
 CLOSE_REASON = "the hub is restarting"
 HANG_UP_WAIT = 1.0           # seconds the exit waits for the loops to have closed them
@@ -61,8 +64,14 @@ class HubDrain:
     (connections, refusals), the workers (turns ending) and the exit hook (`run`)."""
 
     def __init__(self, timeout: float, connections: Callable[[], Iterable[Any]],
-                 fallback_loop: Callable[[], Any], clock: Callable[[], float] = time.monotonic):
+                 fallback_loop: Callable[[], Any], clock: Callable[[], float] = time.monotonic,
+                 count_turns: Optional[Callable[[], Mapping[Any, int]]] = None):
+        """`count_turns`, for a shell that counts its turns itself (the OVOS mode): the
+        running turns of each connection token, read under this object's lock (it must not
+        wait for a lock held by anyone who calls in here); `admit`/`turn_ended` then go
+        unused and the shell calls `recount` when a turn may have ended."""
         self.plan = Drain(timeout)
+        self._count_turns = count_turns
         self._connections = connections      # hivemind-core's open connection objects
         self._fallback_loop = fallback_loop
         self._clock = clock
@@ -116,6 +125,8 @@ class HubDrain:
         started = self._clock()
         begin()
         with self._changed:
+            if self._count_turns is not None:
+                self.plan.running_now(self._count_turns(), started, ())
             self._admitted_at_stop = self.plan.running
             decision = self.plan.stop(started, self._open())
             names = self._by_token
@@ -125,13 +136,32 @@ class HubDrain:
                 if self.plan.over:
                     break
                 self._changed.wait(self.plan.next_tick(self._clock()))
-                decision = self.plan.tick(self._clock(), self._open())
+                decision = self._decide_now()
                 names = self._by_token
             self._apply(decision, names)
         self._wait_hung_up()
         cut = self.plan.cut
         return DrainReport(self._clock() - started, self._admitted_at_stop - cut, cut,
                            self.refusals, self.closed)
+
+    def recount(self) -> None:
+        """Any thread, holding no lock the count takes: a counted turn may have ended (the
+        OVOS mode's utterance was handled, lost or forgotten); while draining the plan reads
+        the count again, and its connections left idle are closed."""
+        if self._count_turns is None or not self.plan.draining:
+            return
+        with self._changed:
+            decision = self._decide_now()
+            self._changed.notify_all()
+            names = self._by_token
+        self._apply(decision, names)
+
+    def _decide_now(self) -> Decision:
+        """Under the lock: the plan's decision at this moment, from the shell's count of its
+        turns when it keeps one."""
+        if self._count_turns is None:
+            return self.plan.tick(self._clock(), self._open())
+        return self.plan.running_now(self._count_turns(), self._clock(), self._open())
 
     def _open_if_draining(self) -> List[Hashable]:
         """While serving no decision needs the connections: a turn's end costs no copy."""

@@ -28,7 +28,7 @@ import dataclasses
 import json
 import threading
 import time
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from hivemind_plugin_manager.protocols import AgentProtocol, ClientCallbacks
 from ovos_bus_client.message import Message
@@ -54,7 +54,9 @@ from hivemind_chat_agent.hub.connections import (
     connection_token,
 )
 from hivemind_chat_agent.hub.dialects import install_dialects, send_reply
+from hivemind_chat_agent.hub.draining import DrainReport, drain_at_exit
 from hivemind_chat_agent.hub.ovos_bus import BusNotConnected, OvosBus
+from hivemind_chat_agent.hub.ovos_operations import OvosOperations, draining_replies
 from hivemind_chat_agent.hub.ovos_query import QUERY_ID_MARKERS, OvosQueries, query_session
 from hivemind_chat_agent.hub.ovos_settings import OvosModeSettings
 from hivemind_chat_agent.hub.refusal_log import warn_refusal
@@ -94,20 +96,29 @@ class OVOSModeProtocol(AgentProtocol):
                  callbacks: Optional[ClientCallbacks] = None, bus_factory=OvosBus,
                  now=time.monotonic):
         callbacks = dataclasses.replace(callbacks or ClientCallbacks())   # not the caller's
-        core_on_disconnect = callbacks.on_disconnect
+        core_on_connect, core_on_disconnect = callbacks.on_connect, callbacks.on_disconnect
+
+        def on_connect(client: Any) -> None:
+            self.operations.drainer.connected(client, loop_here(self.own_loop))
+            core_on_connect(client)
 
         def on_disconnect(client: Any) -> None:
             self._on_connection_closed(client)
             core_on_disconnect(client)
-        callbacks.on_disconnect = on_disconnect
+        callbacks.on_connect, callbacks.on_disconnect = on_connect, on_disconnect
         super().__init__(config=dict(config or {}), bus=bus or SatelliteInbox(self._inbound),
                          hm_protocol=hm_protocol, callbacks=callbacks)
         self.settings = OvosModeSettings.from_dict(self.config)
         self._table = threading.Condition()       # guards `routes`
-        self.routes = OvosRoutes(self.settings.limits, now)
+        self.own_loop = OwnLoop("hivemind-chat-ovos-replies")   # for loop-less transports
+        # health, metrics, the drain on SIGTERM: hub/ovos_operations.py
+        self.operations = OvosOperations(self.settings, lambda: self.clients,
+                                         lambda: self.own_loop.get(), self._utterances,
+                                         lambda: len(self.routes))
+        self.routes = OvosRoutes(self.settings.limits, now, metrics=(
+            self.operations.metrics if self.settings.health else None))
         self.now = now
         self.readiness = SkillsReadiness()      # ovos-core's skills, asked after each connect
-        self.own_loop = OwnLoop("hivemind-chat-ovos-replies")   # for loop-less transports
         self._secret: Optional[bytes] = None
         self._closing = False
         install_dialects()
@@ -126,6 +137,25 @@ class OVOSModeProtocol(AgentProtocol):
             LOG.warning(f"the OVOS messagebus at {self.settings.bus} is not answering yet; "
                         "retrying in the background, satellites' utterances are refused "
                         "meanwhile (is ovos-messagebus running?)")
+        self.operations.start_health(self._ovos_state)
+        drain_at_exit(self)
+
+    # ---- operations (hub/ovos_operations.py): each reads the table under its lock ----
+    def _utterances(self) -> Dict[str, int]:
+        with self._table:
+            return self.routes.utterances_by_connection()
+
+    def _ovos_state(self) -> Tuple[bool, str]:
+        with self._table:
+            return self.routes.bus_up, self.routes.down_why
+
+    @property
+    def serving(self) -> bool:
+        return self.operations.serving
+
+    def drain(self) -> DrainReport:
+        """Drain, then shut down (hub/ovos_operations.py)."""
+        return self.operations.drain(self.shutdown)
 
     # ---- IO loop: satellites' messages ----
     def _hub_secret(self) -> bytes:
@@ -155,6 +185,9 @@ class OVOSModeProtocol(AgentProtocol):
                               sender.session_id, sender.client)
         wire = {"type": message.msg_type, "data": message.data,
                 "context": dict(message.context, session=sender.satellite_session)}
+        if self.operations.draining and message.msg_type in UTTERANCE_TYPES:
+            self._refuse_draining(Outbound(wire, satellite, True))
+            return
         with self._table:
             refusal = self.routes.accept(satellite, wire)
             if refusal is None:
@@ -185,6 +218,13 @@ class OVOSModeProtocol(AgentProtocol):
                      f"{refusal.why}")
         self._to_loop(outbound.sender.handle, outbound.sender.peer,
                       failure_replies(outbound, refusal))
+        self.operations.refused(refusal.reason)
+
+    def _refuse_draining(self, outbound: Outbound) -> None:
+        """IO loop: an utterance that reached a draining hub is not sent to OVOS
+        (hub/ovos_operations.draining_replies says what it hears instead)."""
+        self._to_loop(outbound.sender.handle, outbound.sender.peer, draining_replies(outbound))
+        self.operations.refused(EndReason.DRAINING)
 
     def _refuse_unnamed(self, message: Message, refusal: Refusal) -> None:
         if message.msg_type not in UTTERANCE_TYPES:
@@ -201,6 +241,7 @@ class OVOSModeProtocol(AgentProtocol):
                      f"answering {shown_name(peer)} with a failure: {refusal.why}")
         self._to_loop(satellite.handle, peer,
                       failure_replies(Outbound(wire, satellite, True), refusal))
+        self.operations.refused(refusal.reason)
 
     def _on_connection_closed(self, client) -> None:
         """IO loop, as a connection goes: nothing more is written to it, and (as the chat
@@ -208,6 +249,8 @@ class OVOSModeProtocol(AgentProtocol):
         close_connection(self.clients, client)
         with self._table:
             self.routes.closed(connection_token(client))
+        self.operations.drainer.disconnected(client)
+        self.operations.drainer.recount()
 
     # ---- the sender thread: queues to the bus, and the skills' readiness probes ----
     def _next_work(self) -> Any:
@@ -252,6 +295,7 @@ class OVOSModeProtocol(AgentProtocol):
                 kept = written and self.routes.sent(outbound)
             if not kept:
                 self._refuse(outbound, Refusal(EndReason.BACKEND_UNAVAILABLE, LOST_WHY))
+                self.operations.drainer.recount()
 
     # ---- the bus thread ----
     def _bus_up(self) -> None:
@@ -286,6 +330,7 @@ class OVOSModeProtocol(AgentProtocol):
             lost = self.routes.bus_lost()
         for outbound in lost:
             self._refuse(outbound, Refusal(EndReason.BACKEND_UNAVAILABLE, LOST_WHY))
+        self.operations.drainer.recount()
 
     def _from_ovos(self, text) -> None:
         """Bus thread: a bus message to the satellites it names, handed to the IO loop. The
@@ -308,6 +353,7 @@ class OVOSModeProtocol(AgentProtocol):
             deliveries = self.routes.route(message)
         for delivery in deliveries:
             self._to_loop(delivery.handle, delivery.peer, [delivery.message])
+        self.operations.drainer.recount()     # a `handled` may have ended the last utterance
 
     # ---- the IO loop writes ----
     def _to_loop(self, client, peer: str, messages: List[Dict[str, Any]]) -> None:
@@ -357,6 +403,7 @@ class OVOSModeProtocol(AgentProtocol):
         return f"OVOSModeProtocol(bus={self.settings.bus!r})"
 
     def shutdown(self) -> None:
+        self.operations.stop()
         with self._table:
             self._closing = True
             self._table.notify_all()

@@ -12,6 +12,7 @@ from hivemind_chat_agent.core.loop_share import DEFAULT_BURST, DEFAULT_SHARE, lo
 from hivemind_chat_agent.core.ovos_routes import RouteLimits
 from hivemind_chat_agent.core.protocol_names import CHAT_PLUGIN_NAME as PLUGIN_NAME
 from hivemind_chat_agent.errors import ConfigurationError
+from hivemind_chat_agent.hub.operated import Operated, operated_values
 
 MODES = ("chat", "ovos")
 DEFAULT_BUS = "ws://127.0.0.1:8181/core"
@@ -60,7 +61,7 @@ def wait_for_skills(value: Any) -> bool:
 
 
 @dataclass(frozen=True)
-class OvosModeSettings:
+class OvosModeSettings(Operated):
     bus: str = DEFAULT_BUS
     limits: RouteLimits = RouteLimits()
     bus_retry: float = 0.5        # first reconnect delay after the bus closed
@@ -72,6 +73,9 @@ class OvosModeSettings:
     wait_for_skills: bool = True  # utterances only once ovos-core's skills answer (is_ready)
     # each satellite connection's (share, burst) of the IO loop; None: reads not paced
     loop_pacing: Optional[Tuple[float, float]] = (DEFAULT_SHARE, DEFAULT_BURST)
+    health: str = ""             # "HOST:PORT" of /healthz, /readyz, /metrics; "" off
+    health_allow_from: Tuple[str, ...] = ()   # networks that may reach a non-loopback health
+    drain_timeout: float = 20.0  # on SIGTERM: seconds the utterances at OVOS get to finish
 
     @classmethod
     def from_dict(cls, config: Dict[str, Any]) -> "OvosModeSettings":
@@ -97,7 +101,7 @@ class OvosModeSettings:
                            int(config.get("max_queries", 8)),
                            int(config.get("max_query_chars", 4096)),
                            wait_for_skills(config.get("wait_for_skills", True)),
-                           loop_pacing(config))
+                           loop_pacing(config), **operated_values(config))
         except (TypeError, ValueError) as e:
             raise ConfigurationError(f"invalid number in {PLUGIN_NAME} config: {e}") from None
         if min(limits.max_queued_per_client, limits.max_in_flight_per_session,
@@ -111,4 +115,5 @@ class OvosModeSettings:
                 ">= 1, in_flight_timeout, session_ttl and bus_retry > 0, bus_max_retry >= "
                 "bus_retry, connect_wait >= 0, query_timeout > 0, max_queries and "
                 "max_query_chars >= 1")
+        settings.check_operated()
         return settings

@@ -45,7 +45,13 @@ from hivemind_chat_agent.hub.agent_bus import AgentBus
 from hivemind_chat_agent.hub.asides import Asides
 from hivemind_chat_agent.hub.connections import close_connection, connection_client
 from hivemind_chat_agent.hub.dialects import install_dialects, send_reply
-from hivemind_chat_agent.hub.draining import DrainReport, HubDrain, drain_at_exit
+from hivemind_chat_agent.hub.draining import (
+    DRAINING_SPEECH,
+    DRAINING_WHY,
+    DrainReport,
+    HubDrain,
+    drain_at_exit,
+)
 from hivemind_chat_agent.hub.exchanges import EndedExchange, keep_exchange
 from hivemind_chat_agent.hub.health_server import HealthServer
 from hivemind_chat_agent.hub.hub_turn import HubTurn, OpenTurns
@@ -69,9 +75,6 @@ from hivemind_chat_agent.hub.turn_runner import run_turn
 
 __all__ = ["ChatAgentProtocol", "HubSettings", "PLUGIN_NAME", "load_engine"]
 
-DRAINING_WHY = ("this hub is shutting down and did not run the turn; send it to another hub "
-                "(our client does so by itself)")
-DRAINING_SPEECH = "This hub is restarting. Please ask again in a moment."
 
 
 class ChatAgentProtocol(AgentProtocol):
@@ -108,7 +111,7 @@ class ChatAgentProtocol(AgentProtocol):
             workers_per_group=self.settings.workers_per_client)
         # SIGTERM: hub/draining.py; the turns it waits for are the open ones
         self.drainer = HubDrain(self.settings.drain_timeout, lambda: self.clients.values(),
-                                lambda: self.own_loop)
+                                self.own_loop.get)
         self.open_turns = OpenTurns(on_removed=lambda turn: self.drainer.turn_ended(turn.client))
         self._draining = threading.Event()
         self._serving = True

@@ -5,15 +5,14 @@ from typing import Any, Dict, Optional, Tuple
 
 from ovos_plugin_manager.templates.agents import ChatEngine
 
-from hivemind_chat_agent.core.health import parse_address
 from hivemind_chat_agent.core.loop_share import DEFAULT_BURST, DEFAULT_SHARE, loop_pacing
-from hivemind_chat_agent.core.peer_gate import AllowList, is_loopback_bind, parse_network
 from hivemind_chat_agent.core.protocol_names import CHAT_PLUGIN_NAME as PLUGIN_NAME
 from hivemind_chat_agent.errors import ConfigurationError
+from hivemind_chat_agent.hub.operated import Operated, operated_values
 
 
 @dataclass(frozen=True)
-class HubSettings:
+class HubSettings(Operated):
     engine: Any
     engine_config: Dict[str, Any] = field(repr=False)   # may hold a relay's credentials
     timeout: float = 30.0        # rolling: each sentence gives the engine this long again
@@ -59,10 +58,7 @@ class HubSettings:
                            history_turns=int(config.get("history_turns", 10)),
                            history_bytes=int(config.get("history_bytes", 32768)),
                            conversation_store=str(config.get("conversation_store") or "memory"),
-                           health=str(config.get("health") or ""),
-                           health_allow_from=_strings(config.get("health_allow_from")),
-                           drain_timeout=float(config.get("drain_timeout", 20)),
-                           loop_pacing=loop_pacing(config))
+                           loop_pacing=loop_pacing(config), **operated_values(config))
         except (TypeError, ValueError) as e:
             raise ConfigurationError(f"invalid number in {PLUGIN_NAME} config: {e}") from None
         if settings.timeout <= 0 or settings.workers < 1 or settings.max_queue < 1 \
@@ -75,37 +71,8 @@ class HubSettings:
                                      "workers, max_queue and the per-session and per-client "
                                      "bounds >= 1, history_turns and drain_timeout >= 0, "
                                      "history_bytes >= 256")
-        if settings.health:
-            settings.health_allow()     # refused now, at hub start-up, if it is not closed
+        settings.check_operated()
         return settings
-
-    def health_address(self) -> Tuple[str, int]:
-        """(host, port) of `health`; ConfigurationError saying what to write."""
-        try:
-            return parse_address(self.health)
-        except ValueError as e:
-            raise ConfigurationError(f"{PLUGIN_NAME}: {e}") from None
-
-    def health_allow(self) -> AllowList:
-        """Who may reach the health endpoint: loopback peers on a loopback bind; beyond
-        loopback only the networks `health_allow_from` names (every front is closed by
-        default, docs/security.md), else a ConfigurationError that says so."""
-        host, _ = self.health_address()
-        networks = [parse_network(a, "health_allow_from") for a in self.health_allow_from]
-        if not networks and not is_loopback_bind(host):
-            raise ConfigurationError(
-                f'{PLUGIN_NAME}: "health": "{self.health}" listens beyond loopback, where anyone '
-                'who reaches the port would read the hub\'s metrics. Name who may connect '
-                '(the load balancer, the Prometheus server) with "health_allow_from": '
-                '["10.0.0.5", "10.0.1.0/24"], or listen on 127.0.0.1')
-        return AllowList(networks)
-
-
-def _strings(value: Any) -> Tuple[str, ...]:
-    """A list of strings from the config; one string alone is a list of one."""
-    if isinstance(value, str):
-        return (value,)
-    return tuple(str(v) for v in value or ())
 
 
 def load_engine(name: str, config: Dict[str, Any]) -> ChatEngine:
