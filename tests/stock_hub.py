@@ -31,7 +31,8 @@ PLUGINS = ("stock", "ovos-mode")
 
 def answering_service(port: int, quick: bool = False) -> None:
     """Answers every `recognizer_loop:utterance` on the OVOS bus like a skill would: `speak`
-    ("you said ..."), then `ovos.utterance.handled`, both with Message.reply, so the context
+    ("you said ..."; "wait N" is answered N seconds later), then `ovos.utterance.handled`,
+    both with Message.reply, so the context
     (destination = the satellite's peer, session, the client's turn tags) goes back to the
     HiveMind agent plugin; and `mycroft.skills.is_ready`, as ovos-core's skill manager does.
     `quick`: keep_acks_quick on its bus socket (hub/bus_socket.py), so its own delayed ACK
@@ -51,13 +52,20 @@ def answering_service(port: int, quick: bool = False) -> None:
             super().on_open(*args)
     bus = Bus(host="127.0.0.1", port=port, emitter=EventEmitter())
 
-    def on_utterance(message):
-        utterance = (message.data.get("utterances") or [""])[0]
+    def answer(message, utterance):
         lang = (message.context.get("session") or {}).get("lang") or "en-US"
         bus.emit(message.reply("speak", {"utterance": f"you said {utterance}",
                                          "expect_response": False, "lang": lang,
                                          "meta": {"skill": "test.echo"}}))
         bus.emit(message.reply("ovos.utterance.handled", {}))
+
+    def on_utterance(message):
+        utterance = (message.data.get("utterances") or [""])[0]
+        words = str(utterance).split()
+        if len(words) == 2 and words[0] == "wait":     # "wait 2": answered 2 s later
+            threading.Timer(float(words[1]), answer, (message, utterance)).start()
+        else:
+            answer(message, utterance)
 
     bus.on("recognizer_loop:utterance", on_utterance)
     bus.run_in_thread()
@@ -78,8 +86,9 @@ def answering_service(port: int, quick: bool = False) -> None:
 
 class StockOVOSHub:
     def __init__(self, agent_protocol=None, plugin="stock", quick_answerer=False,
-                 settings=None, generation="4.0", hub_venv=None):
+                 settings=None, generation="4.0", hub_venv=None, log_level="WARNING"):
         """`settings`: more keys of our plugin's server.json section (plugin "ovos-mode");
+        `log_level`: mycroft.conf's, for the hub, the bus and the answering service alike;
         `hub_venv`: another venv of tests/hub_venvs.py for hivemind-core alone (e.g.
         "http-hub-5", with hivemind-http-protocol), the bus and its answering service still
         from the generation's own."""
@@ -112,7 +121,7 @@ class StockOVOSHub:
             json.dump({"websocket": {"host": "127.0.0.1", "port": self.bus_port,
                                      "route": "/core", "ssl": False,
                                      "shared_connection": True, "max_msg_size": 25},
-                       "log_level": "WARNING"}, f)
+                       "log_level": log_level}, f)
 
     @property
     def port(self) -> int:

@@ -29,24 +29,22 @@ Speech between turns (an alarm set in an earlier turn) names the peer the satell
 if that peer is gone but the session is still followed, it goes to the connection that used the
 session last, which is the same satellite (same access key, same declared session).
 """
-import json
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Deque, Dict, List, Optional, Set
 
 from hivemind_chat_agent.core.health import STOPPED, TIMED_OUT
 from hivemind_chat_agent.core.ovos_outcomes import UtteranceOutcomes
+from hivemind_chat_agent.core.ovos_replies import is_twin
 from hivemind_chat_agent.core.protocol_names import (
     ANSWER_TAKEN_SUFFIX,
     HANDLED_TYPE,
     STOP_TYPES,
-    UNMATCHED_TYPE,
     UTTERANCE_TYPES,
 )
 from hivemind_chat_agent.core.turns import EndReason
 
 NAMES_PER_CONNECTION = 8   # peer names a connection is known by (a HELLO renames it)
-TWIN_MARKERS = ("_namespace_compat_twin", "_intent_compat_twin")   # ovos-bus-client 2.x
 RECENT_FRAMES = 16   # first frames of one session whose twin may still come (utterances in flight)
 SWEEP_EVERY = 1.0          # seconds between looks for expired sessions and in-flight entries
 
@@ -102,7 +100,7 @@ class _Session:
     declared: str
     last_seen: float
     last_conn: str = ""
-    # the data of the last unmarked frames routed, each until its twin came (see `_is_twin`)
+    # the last unmarked frames routed, each until its twin came (core/ovos_replies.is_twin)
     recent_frames: Deque[str] = field(default_factory=lambda: deque(maxlen=RECENT_FRAMES))
     in_flight: Deque[Any] = field(default_factory=deque)   # (sent at, Outbound), oldest first
 
@@ -214,8 +212,10 @@ class OvosRoutes:
         return bool(self._queues)
 
     def next_outbound(self) -> Optional[Outbound]:
-        """The next message for the bus: the next client's oldest, round robin (the shell
-        writes it, then says `sent`)."""
+        """The next message for the bus: the next client's oldest, round robin. An utterance
+        is in flight from now until its `handled` (taken before the shell writes it: the
+        answer may come before the write returns); the shell says `unsent` if the write
+        fails."""
         if not self._queues:
             return None
         client, queue = next(iter(self._queues.items()))
@@ -223,18 +223,24 @@ class OvosRoutes:
         del self._queues[client]
         if queue:
             self._queues[client] = queue       # to the back of the round
+        session = self._sessions.get(outbound.sender.session_id)
+        if outbound.is_utterance and session is not None:
+            session.in_flight.append((self.now(), outbound))
         return outbound
 
-    def sent(self, outbound: Outbound) -> bool:
-        """`outbound` was written to the bus: an utterance is in flight until its `handled`.
-        False when the bus went down meanwhile (the utterance is lost: tell its satellite)."""
+    def unsent(self, outbound: Outbound) -> bool:
+        """`outbound` could not be written to the bus. True: tell its satellite (it was still
+        in flight, or is not an utterance); False: told already (`bus_lost` returned it), or
+        nobody to tell (its session was forgotten with its connection)."""
         if not outbound.is_utterance:
             return True
-        if not self.bus_up:
-            return False
         session = self._sessions.get(outbound.sender.session_id)
-        if session is not None:
-            session.in_flight.append((self.now(), outbound))
+        if session is None:
+            return False
+        entry = next((e for e in session.in_flight if e[1] is outbound), None)
+        if entry is None:
+            return False
+        session.in_flight.remove(entry)
         return True
 
     # ---- the bus ----
@@ -289,30 +295,10 @@ class OvosRoutes:
             # utterance a `handled` of its own (2.x; 3.x sends none for the question): the
             # hand-over closes one utterance of the session, so a dialog never piles up
             self._handled(sid)
-        if followed is not None and self._is_twin(message, context, followed):
+        if followed is not None and is_twin(message, context, followed.recent_frames):
             return []
         conns = self._named_connections(peers, followed)
         return [self._delivery(conn, message, followed) for conn in conns]
-
-    @staticmethod
-    def _is_twin(message: Dict[str, Any], context: Dict[str, Any],
-                 followed: "_Session") -> bool:
-        """A second spelling of a frame routed for this session? ovos-bus-client 2.x
-        (ovos-core 3.x) sends each renamed topic twice, `ovos.utterance.speak` then `speak`
-        marked as its twin; the stock plugin's bus client drops a marked twin whose first
-        frame it saw, so a satellite hears each sentence once. With several utterances of one
-        session in flight, other frames come between a first frame and its twin (one sentence
-        in 3000 was heard twice when only the last frame was remembered): the session keeps
-        its last RECENT_FRAMES first frames, and each twin drops the one it matches. A marked
-        frame with no such first frame (a reply that copied the marker) is delivered."""
-        fingerprint = json.dumps(message.get("data"), sort_keys=True, default=str)
-        if any(context.get(marker) for marker in TWIN_MARKERS):
-            if fingerprint in followed.recent_frames:
-                followed.recent_frames.remove(fingerprint)
-                return True
-            return False
-        followed.recent_frames.append(fingerprint)
-        return False
 
     def _named_connections(self, peers: List[Any],
                            followed: Optional[_Session]) -> List[str]:
@@ -416,17 +402,3 @@ class OvosRoutes:
     @property
     def connections(self) -> int:
         return len(self._connections)
-
-
-def failure_replies(outbound: Outbound, refusal: Refusal) -> List[Dict[str, Any]]:
-    """What the satellite hears for an utterance that was refused or could not reach OVOS:
-    the chat mode's failure shape (hub/hub_turn.HubTurn.finish), its context the utterance's
-    (so a turn tag comes back), its Session under the id the satellite declared."""
-    context = dict(outbound.message.get("context") or {})
-    context["source"], context["destination"] = "hivemind-chat-agent-plugin", \
-        outbound.sender.peer
-    context["session"] = dict(context.get("session") or {},
-                              session_id=outbound.sender.declared_session)
-    return [{"type": UNMATCHED_TYPE, "data": {"reason": refusal.reason.value,
-                                             "message": refusal.why}, "context": context},
-            {"type": HANDLED_TYPE, "data": {}, "context": dict(context)}]

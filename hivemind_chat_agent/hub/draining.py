@@ -32,6 +32,7 @@ from ovos_utils.log import LOG
 
 from hivemind_chat_agent.core.drain import Decision, Drain
 from hivemind_chat_agent.hub.connections import connection_closed, connection_token, hang_up
+from hivemind_chat_agent.hub.stop_signals import relay_to_main_thread
 
 DRAINING_WHY = ("this hub is shutting down and did not run the turn; send it to another hub "
                 "(our client does so by itself)")
@@ -215,6 +216,7 @@ class HubDrain:
 def drain_at_exit(host: Any) -> Callable[[], None]:
     """Register the exit hook that drains `host` (a ChatAgentProtocol, held weakly) before
     the process goes, unless it was shut down already. Returns the hook."""
+    relay_to_main_thread()      # else a SIGTERM caught off the main thread is lost
     ref = weakref.ref(host)
 
     def at_exit() -> None:

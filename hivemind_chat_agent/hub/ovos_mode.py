@@ -36,12 +36,12 @@ from ovos_utils.log import LOG
 
 from hivemind_chat_agent import compat
 from hivemind_chat_agent.core.limits import shown, shown_name
+from hivemind_chat_agent.core.ovos_replies import failure_replies
 from hivemind_chat_agent.core.ovos_routes import (
     Outbound,
     OvosRoutes,
     Refusal,
     Satellite,
-    failure_replies,
 )
 from hivemind_chat_agent.core.protocol_names import UTTERANCE_TYPES
 from hivemind_chat_agent.core.skills_readiness import ANSWER_TYPE, NOT_READY_WHY, SkillsReadiness
@@ -287,15 +287,14 @@ class OVOSModeProtocol(AgentProtocol):
                 continue
             try:
                 self.ovos.send(json.dumps(outbound.message))
-                written = True
+                continue
             except (BusNotConnected, TypeError, ValueError) as e:
                 LOG.debug(f"not written to the OVOS bus: {type(e).__name__}")
-                written = False
             with self._table:
-                kept = written and self.routes.sent(outbound)
-            if not kept:
+                tell = self.routes.unsent(outbound)
+            if tell:
                 self._refuse(outbound, Refusal(EndReason.BACKEND_UNAVAILABLE, LOST_WHY))
-                self.operations.drainer.recount()
+            self.operations.drainer.recount()
 
     # ---- the bus thread ----
     def _bus_up(self) -> None:

@@ -31,7 +31,7 @@ from typing import Any, Callable, Dict, Iterator, Optional
 
 from ovos_utils.log import LOG
 
-from hivemind_chat_agent.core.ovos_routes import TWIN_MARKERS
+from hivemind_chat_agent.core.ovos_replies import TWIN_MARKERS
 from hivemind_chat_agent.core.protocol_names import (
     AUDIO_OUTPUT_END_TYPE,
     CURRENT_UTTERANCE_TYPE,

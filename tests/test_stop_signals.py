@@ -1,0 +1,58 @@
+"""hub/stop_signals.relay_to_main_thread: a SIGTERM that another thread of the process caught
+still wakes hivemind-core's main thread, which waits as `ovos_utils.wait_for_exit_signal` waits
+(a Python handler setting an Event). A process of its own plays hivemind-core: a module named
+`hivemind_core.service` is loaded, the main thread waits, and a worker thread sends SIGTERM to
+itself (a thread-directed signal lands on that thread, as the kernel may hand a process-directed
+one to any thread that does not block it). Without the relay the main thread sleeps through it,
+which is how 2 of 12 SIGTERMs of a 5.x hub in OVOS mode were lost."""
+import subprocess
+import sys
+import textwrap
+
+PLAYED_HUB = textwrap.dedent("""
+    import signal, sys, threading, time, types
+    if sys.argv[1] == "embedded":
+        from hivemind_chat_agent.hub.stop_signals import relay_to_main_thread
+        print("relay" if relay_to_main_thread() else "no relay")
+        sys.exit(0)
+    sys.modules["hivemind_core.service"] = types.ModuleType("hivemind_core.service")
+    if sys.argv[1] == "relay":
+        from hivemind_chat_agent.hub.stop_signals import relay_to_main_thread
+        assert relay_to_main_thread()
+        assert relay_to_main_thread()                    # once per process
+    exit_event = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: exit_event.set())   # as wait_for_exit_signal
+
+    def caught_off_the_main_thread():
+        time.sleep(0.3)
+        signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
+    threading.Thread(target=caught_off_the_main_thread, daemon=True).start()
+    started = time.monotonic()
+    exit_event.wait()
+    print(f"woke after {time.monotonic() - started:.2f} s", flush=True)
+""")
+
+
+def run(mode: str, timeout: float):
+    try:
+        done = subprocess.run([sys.executable, "-c", PLAYED_HUB, mode], capture_output=True,
+                              text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_a_sigterm_caught_by_another_thread_wakes_the_main_thread_with_the_relay():
+    woke = run("relay", timeout=20)
+    assert woke is not None and woke.startswith("woke after"), woke
+
+
+def test_without_the_relay_the_main_thread_sleeps_through_it():
+    """What the relay is for: the same process without it never wakes."""
+    assert run("none", timeout=3) is None
+
+
+def test_no_relay_outside_hivemind_cores_service():
+    """An embedder (hivemind-chat demo, LocalHub) keeps its own handlers to itself."""
+    assert run("embedded", timeout=20) == "no relay\n"
