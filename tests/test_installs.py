@@ -9,7 +9,8 @@
   `load_chat_plugin("hivemind-chat-agent")` and gets its answer from a real hub.
 - The client beside ovos-plugin-manager 3.1.0a1 (the `opm3-client` venv, no ovos-core): the
   plugin layer stays at 3.1.0a1, `pip check` clean, OPM 3 finds the agent, a conversation with
-  history is answered by a 4.0 and a 5.x hub.
+  history is answered by a 4.0 and a 5.x hub. A 4.0.0 hub (which, unlike 5.x, declares no
+  bound on the plugin layer) with OPM 3.1.0a1: the plugin loads its engine by plugin name.
 - `[hub]` into a hivemind-core 5.3 environment: hivemind-core and the rest unchanged, the plugin
   answers under `hivemind-core listen`. On a 4.0.0 hub, the documented `--no-deps` install.
 - A command whose extra is missing names it, and importing the package loads no hub library
@@ -246,3 +247,33 @@ def test_a_4_0_hub_takes_the_plugin_with_no_deps_and_keeps_its_pins(wheel, tmp_p
     finally:
         hub.cleanup()
     assert answer.content == "hello there"
+
+
+def test_a_4_0_hub_on_opm_3_loads_an_engine_by_its_plugin_name_and_answers(wheel, tmp_path):
+    """hivemind-core 4.0.0 declares no bound on the plugin layer (5.3.10a1 declares <3, so a
+    5.x hub cannot hold OPM 3): there OPM 3.1.0a1 goes in beside the plugin, moves nothing
+    else, and its find_chat_plugins hands the plugin an engine by entry-point name (the
+    demo's ALICE bot, `aiml` being pure Python). The plugin goes in with --no-deps, as on
+    any 4.0 hub, so pip check lists our client's requirements only."""
+    hub_env = Installed("hub-4.0", [wheel, "ovos-plugin-manager==3.1.0a1", "aiml==0.9.2"],
+                        tmp_path, no_deps=True)
+    assert changed(hub_env.before, hub_env.after) == {
+        "ovos-plugin-manager": ("2.12.5a1", "3.1.0a1")}
+    complaints = [line for line in hub_env.check.stdout.splitlines()
+                  if not line.startswith("hivemind-chat-agent ")]
+    assert complaints == [], hub_env.check.stdout
+    hub = HubProcess(plugin_config(engine="hivemind-chat-demo-aiml"), generation="4.0",
+                     installed_in=hub_env.venv).start()
+    try:
+        from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
+
+        from hivemind_chat_agent import HiveMindChatAgent
+        agent = HiveMindChatAgent(hub.add_client().agent_config(timeout=30))
+        try:
+            answers = [agent.continue_chat([AgentMessage(MessageRole.USER, text)], "s1").content
+                       for text in ("my name is Ada", "what is my name")]
+        finally:
+            agent.shutdown()
+    finally:
+        hub.cleanup()
+    assert "Ada" in answers[0] and "Ada" in answers[1], answers
