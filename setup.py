@@ -16,8 +16,10 @@ CLIENT = [
     # Session and SessionManager: 1.x beside a stable ovos-core 2.x, 2.x beside hivemind-core 5
     "ovos-bus-client>=1.3.1,<3",
     # the ChatEngine template and the opm.agents.chat group exist from 2.4.0a1 on (2.2.0, the
-    # stable release ovos-core 2.1.1 ships, has neither); 3.x is untested
-    "ovos-plugin-manager>=2.4.0a1,<3",
+    # stable release ovos-core 2.1.1 ships, has neither); 3.x keeps both (its template is
+    # byte-identical to 2.12.5a1's) and 3.1.0a1 is tested (the opm3-client venv of
+    # tests/hub_venvs.py). The hub role cannot follow yet: hivemind-core 5.3.10a1 caps it <3
+    "ovos-plugin-manager>=2.4.0a1,<4",
     "ovos-utils>=0.3.0,<1",               # LOG and the XDG paths
     "websocket-client>=1.2,<2",           # the hub connection (ABNF frames, recv_length)
     "pybase64>=1.0",                      # the access key's Basic authorization header

@@ -23,6 +23,9 @@ venv, an unchanged one is reused, and nothing depends on the cache being there.
                  the hub of tests/test_mqtt_real.py, running this checkout's hub plugin
     http-hub-5   hivemind-core 5.3.10a1 with hivemind-http-protocol 0.0.20a2 beside the websocket:
                  the hub of tests/test_http_transport.py (tests/http_hub.py), our hub plugin
+    opm3-client  ovos-plugin-manager 3.1.0a1 and the client's dependencies, no ovos-core and no
+                 hub (hivemind-core 5.x caps the plugin layer below 3): tests/test_installs.py
+                 installs the client there (requirements-opm3-client.txt)
 
 A venv that runs this checkout's code (hub-4.0: our hub plugin, the test pipeline) does not get
 the package installed into it. `package_path()` gives a small folder to put first on the hub's
@@ -33,8 +36,8 @@ cached venv serves any number of checkouts, at the same time too.
     python tests/hub_venvs.py [NAME ...]   builds the venvs (all by default), prints their paths
 
 HIVEMIND_CHAT_VENV_<NAME> (HUB_4_0, OVOS_HUB, OVOS_HUB_5, A2A_PERSONA, A2A_HUB_5, MQTT_HUB_5,
-HTTP_HUB_5 ...; and, as before, HIVEMIND_CHAT_OVOS_VENV) name a ready venv to use instead of
-the cached one.
+HTTP_HUB_5, OPM3_CLIENT ...; and, as before, HIVEMIND_CHAT_OVOS_VENV) name a ready venv to use
+instead of the cached one.
 """
 import configparser
 import fcntl
@@ -63,6 +66,7 @@ VENVS = {
     "a2a-hub-5": "requirements-a2a-hub-5.txt",
     "mqtt-hub-5": "requirements-mqtt-hub-5.txt",
     "http-hub-5": "requirements-http-hub-5.txt",
+    "opm3-client": "requirements-opm3-client.txt",
 }
 # complete pinned sets that contradict a package's declared bounds on purpose
 NO_DEPS = {"hub-4.0-noise"}

@@ -1,13 +1,17 @@
 """The frame gate with a 4.x (password) channel, without sockets: nothing unencrypted or
-unauthenticated is ever read. The 5.x (Noise) channel: tests/test_handshakes.py."""
+unauthenticated is ever read, and nothing after the handshake goes out unsealed. The 5.x
+(Noise) channel: tests/test_handshakes.py."""
 import json
 
+import pytest
 from hivemind_bus_client.encryption import encrypt_as_json, encrypt_bin
 from hivemind_bus_client.message import HiveMessage, HiveMessageType
 from ovos_bus_client.message import Message
 
+from hivemind_chat_agent.core.exchange import frames_to_send
 from hivemind_chat_agent.core.frames import Verdict, open_frame
 from hivemind_chat_agent.core.handshake_password import PasswordChannel
+from hivemind_chat_agent.errors import ConnectionLostError
 
 KEY = b"0123456789abcdef"
 CIPHER, ENCODING = "AES-GCM", "JSON-B64"
@@ -67,3 +71,16 @@ def test_an_oversized_frame_is_refused():
     raw = sealed(bus(text="x" * 10_000))
     assert opened(raw, limit=5000).verdict is Verdict.TOO_LARGE
     assert opened(raw, limit=1 << 20).verdict is Verdict.OK
+
+
+def test_what_goes_out_is_sealed_but_the_handshake_and_never_plain_without_a_channel():
+    """frames_to_send, which both transports (websocket, MQTT) write: the handshake in the
+    clear, the rest through the channel; with none, nothing at all."""
+    hello = bus(text="hello")
+    assert frames_to_send(HiveMessageType.HANDSHAKE, '{"x": 1}', None) == [('{"x": 1}', False)]
+    [(data, binary)] = frames_to_send(HiveMessageType.BUS, hello,
+                                      PasswordChannel(KEY, CIPHER, ENCODING))
+    assert not binary and "hello" not in data
+    assert opened(data).message.payload.data["utterance"] == "hello"
+    with pytest.raises(ConnectionLostError, match="before the connection is encrypted"):
+        frames_to_send(HiveMessageType.BUS, hello, None)

@@ -33,7 +33,7 @@ from hivemind_chat_agent import background, compat
 from hivemind_chat_agent.client.config import ClientConfig
 from hivemind_chat_agent.client.transport import SocketOwner, hand_over
 from hivemind_chat_agent.core.clock import Clock
-from hivemind_chat_agent.core.exchange import SecureChannel
+from hivemind_chat_agent.core.exchange import SecureChannel, frames_to_send
 from hivemind_chat_agent.core.mqtt_link import (
     OFFLINE,
     ONLINE,
@@ -224,19 +224,14 @@ class MqttTransport:
 
     # ---- any thread ----
     def emit(self, message: HiveMessage) -> None:
-        """Send one message to the hub's `in` topic: the handshake as it is, everything else
-        through the channel read once here, sealed and published under one lock (QoS 1 on
-        one topic keeps the sealed order); any failure is a ConnectionLostError."""
+        """Send one message to the hub's `in` topic: its frames (core.exchange.frames_to_send:
+        the handshake in the clear, the rest sealed by the channel read once here) sealed and
+        published under one lock, so they are queued in the sealed order, and the socket
+        thread writes that queue in order (compat.paho_writes_on_loop_thread); any failure is
+        a ConnectionLostError."""
         text = serialize_message(message)
         with self._send_lock:
-            if message.msg_type == HiveMessageType.HANDSHAKE:
-                self._publish(text.encode("utf-8"))
-                return
-            channel = self.channel
-            if channel is None:
-                raise ConnectionLostError("refusing to send before the connection is "
-                                          "encrypted; the handshake did not complete")
-            for data, _binary in channel.seal(text):
+            for data, _binary in frames_to_send(message.msg_type, text, self.channel):
                 self._publish(data if isinstance(data, bytes) else data.encode("utf-8"))
 
     def _publish(self, payload: bytes, raising: bool = True) -> None:

@@ -34,7 +34,7 @@ from hivemind_chat_agent import compat
 from hivemind_chat_agent.client.config import ClientConfig
 from hivemind_chat_agent.client.noise_keys import NoiseKeyring, cached_psk
 from hivemind_chat_agent.client.tls_pins import TLSFailed, open_tls
-from hivemind_chat_agent.core.exchange import ExchangeInputs, SecureChannel
+from hivemind_chat_agent.core.exchange import ExchangeInputs, SecureChannel, frames_to_send
 from hivemind_chat_agent.core.frames import Opened, Verdict, open_frame
 from hivemind_chat_agent.errors import ConnectionLostError, HiveMindChatError, HubUnreachableError
 
@@ -245,21 +245,13 @@ class Transport:
 
     # ---- any thread ----
     def emit(self, message: HiveMessage) -> None:
-        """Send one message. Everything but the handshake goes through the channel read once
-        here (the socket thread may clear it meanwhile, which must never send plain text),
-        sealed and written under one lock (a Noise channel's frames must reach the hub in the
-        order they were sealed); any failure is a ConnectionLostError."""
+        """Send one message: its frames (core.exchange.frames_to_send: the handshake in the
+        clear, the rest sealed by the channel read once here) sealed and written under one
+        lock; any failure is a ConnectionLostError."""
         text = serialize_message(message)
         try:
             with self._send_lock:
-                if message.msg_type == HiveMessageType.HANDSHAKE:
-                    self._app.send(text)
-                    return
-                channel = self.channel
-                if channel is None:
-                    raise ConnectionLostError("refusing to send before the connection is "
-                                              "encrypted; the handshake did not complete")
-                for data, binary in channel.seal(text):
+                for data, binary in frames_to_send(message.msg_type, text, self.channel):
                     self._app.send(data, ABNF.OPCODE_BINARY if binary else ABNF.OPCODE_TEXT)
         except ConnectionLostError:
             raise

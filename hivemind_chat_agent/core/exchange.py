@@ -7,9 +7,10 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
-from hivemind_bus_client.message import HiveMessage
+from hivemind_bus_client.message import HiveMessage, HiveMessageType
 
 from hivemind_chat_agent.core.frames import Opened
+from hivemind_chat_agent.errors import ConnectionLostError
 
 Frame = Tuple[Union[str, bytes], bool]     # (data, is_binary)
 
@@ -59,3 +60,22 @@ class ExchangeInputs:
     # (password, hub node id) -> the Noise PSK; the client passes one that remembers each
     # derivation (argon2id, about 0.3 s and 64 MiB), None derives it every time
     psk: Optional[Callable[[str, str], bytes]] = field(default=None, repr=False)
+
+
+def frames_to_send(message_type: Any, text: str, channel: Optional[SecureChannel]
+                   ) -> List[Frame]:
+    """The frames that carry one serialized message (`text`, of HiveMessageType
+    `message_type`) to the hub, whatever carries them (a websocket, an MQTT topic).
+
+    A HANDSHAKE goes in the clear, as one text frame: the exchange runs before any channel
+    exists. Anything else goes sealed by `channel`, which the caller reads once, under the
+    lock it writes under, and passes here: the reading thread may clear it meanwhile (the hub
+    went away), and a Noise channel's frames must reach the hub in the order they were sealed.
+    With no channel, ConnectionLostError: nothing may ever go in plain text after the
+    handshake."""
+    if message_type == HiveMessageType.HANDSHAKE:
+        return [(text, False)]
+    if channel is None:
+        raise ConnectionLostError("refusing to send before the connection is encrypted; the "
+                                  "handshake did not complete")
+    return channel.seal(text)
