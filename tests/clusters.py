@@ -51,6 +51,7 @@ class RedisClusterSet:
                             "--cluster-replicas", str(self.replicas), "--cluster-yes"],
                            check=True, capture_output=True, timeout=60)
             assert wait_until(self.ok, 60), "the cluster never said cluster_state:ok"
+            assert wait_until(self.replicated, 60), "the replicas never caught up"
         except BaseException:
             self.stop()
             raise
@@ -72,6 +73,20 @@ class RedisClusterSet:
                 client.close()
         return True
 
+    def replicated(self) -> bool:
+        """Every primary has its `replicas` online (synced: WAIT can count them)."""
+        for node in self.primaries():
+            client = node.client()
+            try:
+                info = client.info("replication")
+                online = [v for k, v in info.items() if k.startswith("slave")
+                          and isinstance(v, dict) and v.get("state") == "online"]
+                if len(online) < self.replicas:
+                    return False
+            finally:
+                client.close()
+        return True
+
     def node_of(self, key: str) -> int:
         """The port of the primary serving `key`'s slot now."""
         for node in self.nodes:
@@ -87,16 +102,16 @@ class RedisClusterSet:
                 client.close()
         raise RuntimeError("no node answered")
 
-    def errors(self) -> Dict[int, Dict[str, str]]:
-        """Each running node's INFO errorstats ({port: {"errorstat_CROSSSLOT": ...}}): what
-        it refused since it started."""
+    def errors(self) -> Dict[int, Dict[str, dict]]:
+        """Each running node's INFO errorstats ({port: {"errorstat_CROSSSLOT": {"count": n}}}):
+        what it refused since it started."""
         out = {}
         for node in self.nodes:
             if node.process is None:
                 continue
             client = node.client()
             try:
-                out[node.port] = {k: str(v) for k, v in client.info("errorstats").items()}
+                out[node.port] = dict(client.info("errorstats"))
             finally:
                 client.close()
         return out
@@ -140,21 +155,26 @@ class SharedRedis:
         from hivemind_chat_agent.hub.redis_keys import prefixer
         return prefixer(self.cluster is not None)(session_id) + name
 
+    def stored(self) -> List[str]:
+        """Every `hivemind-chat:` key as stored, of every primary (redis-py's KEYS on a
+        cluster asks one node)."""
+        if self.cluster is None:
+            return self.raw.keys("hivemind-chat:*")
+        found = []
+        for node in self.cluster.primaries():
+            client = node.client()
+            try:
+                found += client.keys("hivemind-chat:*")
+            finally:
+                client.close()
+        return found
+
     def keys(self, pattern: str) -> List[str]:
         """Keys matching `hivemind-chat:<pattern>` once their `{tag}:` is taken out, sorted."""
         import fnmatch
         import re
-        if self.cluster is None:
-            found = self.raw.keys("hivemind-chat:*")
-        else:
-            found = []
-            for node in self.cluster.primaries():
-                client = node.client()
-                try:
-                    found += client.keys("hivemind-chat:*")
-                finally:
-                    client.close()
-        plain = [re.sub(r"^hivemind-chat:\{[^}]*\}:", "hivemind-chat:", k) for k in found]
+        plain = [re.sub(r"^hivemind-chat:\{[^}]*\}:", "hivemind-chat:", k)
+                 for k in self.stored()]
         return sorted(k for k in plain if fnmatch.fnmatchcase(k, f"hivemind-chat:{pattern}"))
 
     def flush(self) -> None:
