@@ -186,3 +186,41 @@ def test_two_genuine_hubs_behind_haproxy_share_a_conversation_on_the_cluster(red
             agent.shutdown()
     finally:
         deployment.stop()
+
+
+def test_a_conversation_through_the_plugin_survives_its_primarys_failover(replicated_cluster,
+                                                                          tmp_path,
+                                                                          monkeypatch):
+    """The plugin (durable) takes two turns; the primary of the client's slot gets kill -9;
+    another plugin instance's turns end store_unavailable until the replica is promoted, then
+    answer from the conversation's history and Session."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    first = Replica(replicated_cluster.url, tmp_path, Satellite(), store_durable=True)
+    try:
+        assert first.ask("note the blue door", turn_id="t-1") == ["noted"]
+        assert first.ask("hello", turn_id="t-2") == ["hello there"]
+    finally:
+        first.close()
+    shared = SharedRedis(replicated_cluster.url, replicated_cluster)
+    [history_key] = [k for k in shared.stored() if ":history:" in k]
+    shared.close()
+    port = replicated_cluster.node_of(history_key)
+    [node] = [n for n in replicated_cluster.nodes if n.port == port]
+    node.kill()
+    second = Replica(replicated_cluster.url, tmp_path, Satellite())
+    try:
+        failed, killed, replies = 0, time.monotonic(), None
+        while time.monotonic() - killed < FAILOVER_BOUND:
+            replies = second.ask("notes")
+            if replies and isinstance(replies[0], str):
+                break
+            assert replies[0]["reason"] == "store_unavailable", replies
+            failed += 1
+            time.sleep(0.2)
+        assert replies == ["notes: the blue door"], replies
+        assert [text for role, text in json.loads(second.ask("history")[0])
+                if role == "user"] == ["note the blue door", "hello", "notes"]
+        print(f"through the plugin: answered from its history {time.monotonic() - killed:.1f} s "
+              f"after the kill, {failed} turns store_unavailable meanwhile")
+    finally:
+        second.close()
