@@ -135,19 +135,7 @@ def test_under_sentinel_a_failover_loses_no_durable_write_and_plain_ones_it_may(
     store = open_store(sentinel.url, 1000, 10 ** 7, 600, data_home=lambda: "", durable=durable)
     returned = {f"sat-c0de-{i}": [] for i in range(10)}
     stop, errors = threading.Event(), []
-
-    def write():
-        n = 0
-        while not stop.is_set():
-            for session, kept in returned.items():
-                exchange = Exchange(f"turn {n}", "answered", ANSWERED)
-                try:
-                    store.record(session, exchange)
-                    kept.append(exchange)
-                except ConversationStoreError:
-                    errors.append(session)
-            n += 1
-    writer = threading.Thread(target=write, daemon=True)
+    writer = threading.Thread(target=_write, args=(store, returned, errors, stop), daemon=True)
     replica = sentinel.replica.process
     try:
         assert wait_until(sentinel.in_sync, 10)
@@ -180,6 +168,21 @@ def test_under_sentinel_a_failover_loses_no_durable_write_and_plain_ones_it_may(
             os.kill(replica.pid, signal.SIGCONT)
         store.close()
         sentinel.stop()
+
+
+def _write(store, returned, errors, stop) -> None:
+    """Exchanges into each conversation in turn until `stop`: those whose write returned
+    into `returned`, each failure into `errors`."""
+    n = 0
+    while not stop.is_set():
+        for session, kept in returned.items():
+            exchange = Exchange(f"turn {n}", "answered", ANSWERED)
+            try:
+                store.record(session, exchange)
+                kept.append(exchange)
+            except ConversationStoreError:
+                errors.append(session)
+        n += 1
 
 
 def _answers(store) -> bool:
