@@ -16,7 +16,8 @@ from hivemind_chat_agent import HiveMindChatAgent  # noqa: E402
 # fixtures that start a real hub, an OVOS stack or a venv: a test that uses one is a `hub` test
 HUB_FIXTURES = {"generation", "hub", "creds", "own_hub", "chat_hub", "sat_a", "sat_b", "hub5",
                 "ovos", "ovos_creds", "stop_hub", "proxy", "served", "persona", "stable_ovos",
-                "current_ovos_hub", "wheel", "redis_server", "deployment"}
+                "current_ovos_hub", "wheel", "redis_server", "deployment", "redis_cluster",
+                "shared_redis"}
 
 
 _OWN_BASETEMP = []   # the temporary folder this run made for itself, if it made one
@@ -136,3 +137,28 @@ def warnings_of_ours(monkeypatch):
         return call_handlers(logger, record)
     monkeypatch.setattr(logging.Logger, "callHandlers", spy)
     return records
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory):
+    """A Redis Cluster of three primaries (tests/clusters.py) for the run's store tests, each
+    starting it empty (`shared_redis`); a test that breaks a cluster starts its own."""
+    from clusters import RedisClusterSet
+    cluster = RedisClusterSet(str(tmp_path_factory.mktemp("redis-cluster"))).start()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def shared_redis(request):
+    """The Redis a store test runs on: "redis" (the default: the `redis_server` fixture) or
+    "cluster" (`redis_cluster`, emptied), by indirect parametrization."""
+    from clusters import SharedRedis
+    if getattr(request, "param", "redis") == "cluster":
+        cluster = request.getfixturevalue("redis_cluster")
+        shared = SharedRedis(cluster.url, cluster)
+        shared.flush()
+    else:
+        shared = SharedRedis(request.getfixturevalue("redis_server").url)
+    yield shared
+    shared.close()

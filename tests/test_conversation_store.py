@@ -1,6 +1,8 @@
 """The hub's conversation store: in memory, and on a real redis-server shared by two plugin
-instances (replicas). The satellites are connection objects shaped as hivemind-core 5.x's,
-recording what they are sent; no hub process (tests/test_hub_history.py has the real hubs)."""
+instances (replicas); the tests marked BOTH (and the "cluster" backend) also on a real Redis
+Cluster of three primaries (tests/clusters.py), their assertions the same for both layouts.
+The satellites are connection objects shaped as hivemind-core 5.x's, recording what they are
+sent; no hub process (tests/test_hub_history.py has the real hubs)."""
 import asyncio
 import json
 from types import SimpleNamespace
@@ -91,19 +93,40 @@ def redis_server(tmp_path):
     server.stop()
 
 
+BOTH = pytest.mark.parametrize("shared_redis", ["redis", "cluster"], indirect=True)
+BACKENDS = ["memory", pytest.param("redis", marks=pytest.mark.hub),
+            pytest.param("cluster", marks=pytest.mark.hub)]
+
+
+def store_url(backend, request):
+    """The URL of a BACKENDS store: "memory", the test's redis-server, or the run's cluster
+    (emptied)."""
+    if backend == "memory":
+        return "memory"
+    if backend == "redis":
+        return request.getfixturevalue("redis_server").url
+    from clusters import SharedRedis
+    cluster = request.getfixturevalue("redis_cluster")
+    shared = SharedRedis(cluster.url, cluster)
+    shared.flush()
+    shared.close()
+    return cluster.url
+
+
 @pytest.fixture
-def replicas(redis_server, tmp_path, monkeypatch):
+def replicas(shared_redis, tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
     made = []
 
     def make(**config):
-        made.append(Replica(redis_server.url, tmp_path, Satellite(), **config))
+        made.append(Replica(shared_redis.url, tmp_path, Satellite(), **config))
         return made[-1]
     yield make
     for replica in made:
         replica.close()
 
 
+@BOTH
 def test_a_conversation_continues_on_another_hub_sharing_the_redis_store(replicas):
     a, b = replicas(), replicas()
     assert a.ask("note the heater is on") and a.ask("hello") == ["hello there"]
@@ -117,9 +140,9 @@ def test_a_conversation_continues_on_another_hub_sharing_the_redis_store(replica
     assert json.loads(a.ask("history", session_id="hall")[0]) == []   # another session
 
 
-def test_redis_bounds_each_conversation_and_every_key_expires(redis_server):
-    import redis
-    store = open_store(redis_server.url, 3, 256, 60, data_home=lambda: "unused")
+@BOTH
+def test_redis_bounds_each_conversation_and_every_key_expires(shared_redis):
+    store = open_store(shared_redis.url, 3, 256, 60, data_home=lambda: "unused")
     for i in range(5):
         store.record("s1", Exchange(f"question {i}", f"answer {i}", ANSWERED))
     assert [e.user for e in store.history("s1")] == ["question 2", "question 3", "question 4"]
@@ -128,12 +151,12 @@ def test_redis_bounds_each_conversation_and_every_key_expires(redis_server):
     store.keep_session("s1", {"session_id": "s1", "lang": "de-DE"})
     assert store.begin("s1", "").session["lang"] == "de-DE"
     assert store.begin("s2", "").session is None
-    raw = redis.Redis.from_url(redis_server.url)
-    raw.rpush("hivemind-chat:history:s1", "not json", json.dumps([1, 2, 3]))
+    raw = shared_redis.raw
+    raw.rpush(shared_redis.key("s1", "history:s1"), "not json", json.dumps([1, 2, 3]))
     assert [e.user for e in store.history("s1")] == ["question 4", "q"]   # junk is skipped
-    assert all(0 < raw.ttl(key) <= 60 for key in raw.keys("hivemind-chat:*")
-               if not key.endswith(b"secret"))
-    other = open_store(redis_server.url, 3, 256, 60, data_home=lambda: "unused")
+    assert all(0 < raw.ttl(key) <= 60 for key in shared_redis.stored()
+               if not key.endswith("secret"))
+    other = open_store(shared_redis.url, 3, 256, 60, data_home=lambda: "unused")
     assert store.secret() == other.secret() and len(store.secret()) == 32
     store.close()
     other.close()
@@ -170,6 +193,7 @@ def test_a_store_error_names_the_store_without_its_password():
     assert "hunter2" not in str(failure.value) and "127.0.0.1:1" in str(failure.value)
 
 
+@BOTH
 def test_a_repeated_turn_id_is_answered_from_its_record_on_another_hub(replicas):
     """The client resends a turn lost with its connection, same id, wherever it lands: the
     hub that gets it replays the first run's answer; the engine runs it once."""
@@ -183,6 +207,7 @@ def test_a_repeated_turn_id_is_answered_from_its_record_on_another_hub(replicas)
     assert a.satellite.heard[-1] == ("ovos.utterance.handled", {"turn_records": True})
 
 
+@BOTH
 def test_a_turn_id_still_running_elsewhere_is_waited_for_not_run_again(replicas):
     a, b = replicas(), replicas()
     a.send("wait 1", turn_id="t-slow")
@@ -192,28 +217,26 @@ def test_a_turn_id_still_running_elsewhere_is_waited_for_not_run_again(replicas)
     assert a.protocol.engine.asked == ["wait 1"] and b.protocol.engine.asked == []
 
 
-def test_a_turn_whose_owner_died_is_taken_over_and_run_again(replicas, redis_server):
+@BOTH
+def test_a_turn_whose_owner_died_is_taken_over_and_run_again(replicas, shared_redis):
     """A record left 'running' by a replica that is gone (its alive key lapsed)."""
-    import redis
-
     from hivemind_chat_agent.hub.conversation_store import RUNNING, TurnRecord, record_to_json
     b = replicas()
     b.ask("hello")                             # the engine session id of this satellite
-    [session_key] = [k for k in redis.Redis.from_url(redis_server.url).keys(
-        "hivemind-chat:history:*")]
-    session_id = session_key.decode().split("history:", 1)[1]
-    raw = redis.Redis.from_url(redis_server.url)
-    raw.set(f"hivemind-chat:turn:{len(session_id.encode())}:{session_id}:t-orphan", record_to_json(
+    [session_key] = shared_redis.keys("history:*")
+    session_id = session_key.split("history:", 1)[1]
+    shared_redis.raw.set(shared_redis.key(
+        session_id, f"turn:{len(session_id.encode())}:{session_id}:t-orphan"), record_to_json(
         TurnRecord(RUNNING, "a-replica-that-died")))
     assert b.ask("count 2", turn_id="t-orphan") == ["sentence 1", "sentence 2"]
     assert b.protocol.engine.asked == ["hello", "count 2"]
 
 
-@pytest.mark.parametrize("backend", ["memory", pytest.param("redis", marks=pytest.mark.hub)])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_a_turn_record_is_claimed_once_and_done_with_what_was_said(backend, tmp_path,
                                                                     request):
     from hivemind_chat_agent.hub.conversation_store import DONE, RUNNING
-    url = request.getfixturevalue("redis_server").url if backend == "redis" else "memory"
+    url = store_url(backend, request)
     store = open_store(url, 2, 256, 60, data_home=lambda: str(tmp_path))
     begun = store.begin("s", "t1")
     assert begun.record is None and begun.history == []            # ours to run
@@ -302,22 +325,18 @@ def test_a_client_over_its_cap_drops_its_own_oldest_finished_record_or_refuses_t
     assert (table.get("s", "t7").state, table.get("s", "t7").sentences) == (DONE, ["seven"])
 
 
-def keys(redis_server, pattern):
-    import redis
-    return sorted(k.decode() for k in redis.Redis.from_url(redis_server.url).keys(
-        f"hivemind-chat:{pattern}"))
-
-
+@BOTH
 def test_redis_holds_max_sessions_per_client_and_deletes_an_evicted_sessions_keys(
-        redis_server, tmp_path, monkeypatch):
+        shared_redis, tmp_path, monkeypatch):
     """Redis kept every session until its TTL: 40 sessions of a client capped at 8 left 40
     histories. Now the client's least recently used session goes, with its history, its
     Session and its finished turn records, whichever replica its turns were on; another
     client keeps its own."""
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
-    a, b = (Replica(redis_server.url, tmp_path, Satellite(), max_sessions_per_client=8)
+    keys = shared_redis.keys
+    a, b = (Replica(shared_redis.url, tmp_path, Satellite(), max_sessions_per_client=8)
             for _ in range(2))
-    other = Replica(redis_server.url, tmp_path, Satellite(peer="other::1", key="key-2"),
+    other = Replica(shared_redis.url, tmp_path, Satellite(peer="other::1", key="key-2"),
                     max_sessions_per_client=8)
     try:
         assert other.ask("note the blue door", session_id="keep", turn_id="o-1") == ["noted"]
@@ -325,30 +344,31 @@ def test_redis_holds_max_sessions_per_client_and_deletes_an_evicted_sessions_key
             replica = a if i % 2 else b
             assert replica.ask(f"note thing {i}", session_id=f"s{i}", turn_id=f"t{i}") == \
                 ["noted"]
-        [kept_other] = [k for k in keys(redis_server, "history:*") if k.endswith("-keep")]
-        histories = [k for k in keys(redis_server, "history:*") if k != kept_other]
+        [kept_other] = [k for k in keys("history:*") if k.endswith("-keep")]
+        histories = [k for k in keys("history:*") if k != kept_other]
         assert [k.rsplit("-", 1)[1] for k in histories] == sorted(f"s{i}" for i in range(32, 40))
-        sessions = [k for k in keys(redis_server, "session:*") if not k.endswith("-keep")]
+        sessions = [k for k in keys("session:*") if not k.endswith("-keep")]
         assert len(sessions) == 8, sessions
-        records = [k for k in keys(redis_server, "turn:*") if "-keep:" not in k]
+        records = [k for k in keys("turn:*") if "-keep:" not in k]
         assert sorted(k.rsplit(":", 1)[1] for k in records) == sorted(
             f"t{i}" for i in range(32, 40)), records
         assert json.loads(a.ask("history", session_id="s0")[0]) == []     # evicted: new
         assert other.ask("notes", session_id="keep") == ["notes: the blue door"]
-        assert len(keys(redis_server, "sessions:*")) == 2            # one per client
+        assert len(keys("sessions:*")) == 2            # one per client
     finally:
         for replica in (a, b, other):
             replica.close()
 
 
-@pytest.mark.hub
-def test_redis_one_clients_churn_never_evicts_another_clients_running_record(redis_server,
+@BOTH
+def test_redis_one_clients_churn_never_evicts_another_clients_running_record(shared_redis,
                                                                             tmp_path):
     """Each client keeps at most max_turn_records_per_client records in Redis too (there
     was no bound but the 10-minute TTL), making room with its own finished ones: another
     client's running record stays, and a client whose records all run is refused."""
     from hivemind_chat_agent.hub.conversation_store import RUNNING, TurnRecordsFull
-    store = open_store(redis_server.url, 2, 256, 60, data_home=lambda: "",
+    keys = shared_redis.keys
+    store = open_store(shared_redis.url, 2, 256, 60, data_home=lambda: "",
                        max_sessions_per_client=8, max_turn_records_per_client=8)
     assert store.begin("sat-a-kitchen", "t-running", client="a").record is None
     for i in range(200):
@@ -356,7 +376,7 @@ def test_redis_one_clients_churn_never_evicts_another_clients_running_record(red
     assert store.turn_record("sat-a-kitchen", "t-running").state == RUNNING
     assert store.begin("sat-a-kitchen", "t-running", client="a").record.state == RUNNING
     # a turn that ends at the cap leaves one place free, so the next claim needs no script
-    b_records = [k for k in keys(redis_server, "turn:*") if "sat-b-" in k]
+    b_records = [k for k in keys("turn:*") if "sat-b-" in k]
     assert len(b_records) == 7 and b_records == sorted(
         f"hivemind-chat:turn:7:sat-b-{i % 5}:churn-{i}" for i in range(193, 200))
     for i in range(7):                                     # a's other 7 places, all running
@@ -367,12 +387,12 @@ def test_redis_one_clients_churn_never_evicts_another_clients_running_record(red
     store.close()
 
 
-@pytest.mark.parametrize("backend", ["memory", pytest.param("redis", marks=pytest.mark.hub)])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_ids_no_key_name_can_hold_are_refused_with_the_reason(backend, tmp_path, monkeypatch,
                                                               request):
     """A lone surrogate (JSON carries one) in a session or turn id: Redis key names are
     UTF-8, so the Redis store failed inside the worker and the turn waited for its timeout."""
-    url = request.getfixturevalue("redis_server").url if backend == "redis" else "memory"
+    url = store_url(backend, request)
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
     from fake_clock import FakeClock
     clock = FakeClock()        # the turn timeout cannot fire: only a refusal can end these
@@ -390,12 +410,12 @@ def test_ids_no_key_name_can_hold_are_refused_with_the_reason(backend, tmp_path,
         hub.close()
 
 
-@pytest.mark.parametrize("backend", ["memory", pytest.param("redis", marks=pytest.mark.hub)])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_turn_records_of_ids_with_colons_never_collide(backend, tmp_path, monkeypatch, request):
     """Redis named a record turn:<session>:<turn id>: a satellite's session "x:y" with turn
     "z" and its session "x" with turn "y:z" were one key, and the second turn was answered
     with the first one's sentences instead of being run."""
-    url = request.getfixturevalue("redis_server").url if backend == "redis" else "memory"
+    url = store_url(backend, request)
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
     hub = Replica(url, tmp_path, Satellite())
     pairs = [("x:y", "z"), ("x", "y:z"), ("x:", "y:z"), ("x", ":y:z"), ("x:y:", "z"),

@@ -45,3 +45,44 @@ def test_a_sentinel_client_asks_for_the_named_primary_with_the_data_nodes_passwo
     sentinel_kwargs = pool.sentinel_manager.sentinels[0].connection_pool.connection_kwargs
     assert sentinel_kwargs["password"] is None and not sentinel_kwargs.get("decode_responses")
     assert sentinel_kwargs["socket_timeout"] == 1.0
+
+
+def test_a_cluster_url_names_its_nodes_and_credentials():
+    from hivemind_chat_agent.hub.redis_urls import parse_cluster_url
+    assert parse_cluster_url("redis+cluster://app:s3cret@10.0.0.5:7000,[::1]:7001") == {
+        "nodes": [("10.0.0.5", 7000), ("::1", 7001)], "username": "app", "password": "s3cret"}
+    assert parse_cluster_url("rediss+cluster://10.0.0.5:7000")["password"] is None
+
+
+@pytest.mark.parametrize("url", [
+    "redis+cluster://",                           # no node
+    "redis+cluster://:pw@127.0.0.1/",             # no port
+    "redis+cluster://:pw@127.0.0.1:7000/1",       # a database: a cluster has only 0
+    "redis+cluster://127.0.0.1:7000?x=1",
+])
+def test_a_malformed_cluster_url_is_a_configuration_error_that_shows_the_form(url):
+    from hivemind_chat_agent.hub.redis_urls import parse_cluster_url
+    with pytest.raises(ConfigurationError) as raised:
+        parse_cluster_url(url)
+    assert "redis+cluster://" in str(raised.value) and "HOST:PORT" in str(raised.value)
+    assert "pw" not in str(raised.value)
+
+
+def test_a_cluster_client_connects_to_nothing_until_it_is_used():
+    """A cluster down when the hub starts fails the first turns (store_unavailable), not the
+    hub's start: RedisCluster's constructor reads the slot map, so it is made at first use."""
+    import redis
+
+    from hivemind_chat_agent.errors import ConversationStoreError
+    from hivemind_chat_agent.hub.redis_store import RedisStore
+    client = redis_client("rediss+cluster://u:pw@127.0.0.1:1,127.0.0.1:2", socket_timeout=0.5)
+    assert client._cluster is None and client._options["ssl"] is True
+    assert [(n.host, n.port) for n in client._options["startup_nodes"]] == [
+        ("127.0.0.1", 1), ("127.0.0.1", 2)]
+    store = RedisStore("redis+cluster://:hunter2@127.0.0.1:1", 2, 256, 60)
+    with pytest.raises(ConversationStoreError) as failure:
+        store.history("s")
+    assert "hunter2" not in str(failure.value) and "127.0.0.1:1" in str(failure.value)
+    assert not store.ping()
+    store.close()
+    assert issubclass(redis.exceptions.RedisClusterException, Exception)

@@ -34,11 +34,11 @@ class EndedExchange:
 
 
 def keep_exchange(store: ConversationStore, followed: Callable[[str], bool],
-                  ended: EndedExchange) -> None:
+                  ended: EndedExchange, strict: bool = False) -> None:
     """Write `ended`: its exchange into the history if the store is shared or
     `followed(session_id)`, its record done if it has one. A store that does not answer is a
     WARNING: the asker has its answer already, and only the history (or the record) lacks
-    it."""
+    it; `strict` (store_durable, the asker not yet told): it raises ConversationStoreError."""
     keep = store.shared or followed(ended.session_id)
     if not (keep or ended.turn_id):
         return
@@ -47,5 +47,7 @@ def keep_exchange(store: ConversationStore, followed: Callable[[str], bool],
                      Exchange(ended.utterance, "\n".join(ended.sentences), ended.ended),
                      ended.sentences, ended.earlier, keep_exchange=keep, client=ended.client)
     except ConversationStoreError as e:
+        if strict:
+            raise
         kept = "exchange and record" if ended.turn_id else "exchange"
         LOG.warning(f"the {kept} of an ended turn could not be kept: {e}")

@@ -17,6 +17,11 @@ and the record must still be kept. The next turn of the session cannot read the 
 the write: the worker is still in this turn's job, and one session's jobs run in order
 (hub/serial_executor.py). A turn that ends on the IO loop itself (a timeout, a stop, a refusal)
 writes at once: the loop cannot wait for itself, and its end goes out when that callback returns.
+
+`store_durable` turns the order round for an answer that ends on a worker: the store first
+(the exchange and the record acknowledged by a replica), then the end, which says
+`store_unavailable` instead of answered when that failed. The sentences went out as they came;
+only the end waits. Ends on the IO loop (timeouts, stops) are written after, as above.
 """
 import threading
 from threading import Lock
@@ -33,6 +38,7 @@ from hivemind_chat_agent.core.limits import shown, shown_name
 from hivemind_chat_agent.core.protocol_names import HANDLED_TYPE, SPEAK_TYPE, UNMATCHED_TYPE
 from hivemind_chat_agent.core.transcript import ANSWERED, STOPPED, Exchange, engine_messages
 from hivemind_chat_agent.core.turns import EndReason
+from hivemind_chat_agent.errors import ConversationStoreError
 from hivemind_chat_agent.hub.exchanges import EndedExchange
 from hivemind_chat_agent.hub.metrics import NoMetrics
 from hivemind_chat_agent.hub.refusal_log import warn_refusal
@@ -64,8 +70,9 @@ class HubTurnHost(Protocol):
     def deliver(self, turn: "HubTurn", reply: Message) -> None:
         """Hand `reply` to the IO loop, to be written to the turn's connection."""
 
-    def keep_exchange(self, ended: EndedExchange) -> None:
-        """A turn ended: keep its exchange (and its record, if it has one)."""
+    def keep_exchange(self, ended: EndedExchange, strict: bool = False) -> None:
+        """A turn ended: keep its exchange (and its record, if it has one); `strict`: a
+        store that failed raises ConversationStoreError instead of a WARNING."""
 
 
 def _not_queued() -> None:
@@ -178,27 +185,55 @@ class HubTurn:
                reason: EndReason = EndReason.NOT_UNDERSTOOD) -> bool:
         """End the turn once, telling the satellite. A failure carries `reason` (an
         EndReason a hub says) and `why` in its data, so the satellite can tell "busy" or
-        "broken" from "nothing understood"."""
+        "broken" from "nothing understood". With `store_durable`, an answer ending on a
+        worker is kept first (`_finish_durable`)."""
         outcome = (reason or EndReason.NOT_UNDERSTOOD).value if failed else (
             STOPPED if self._stopping else ANSWERED)
-
-        def tell() -> None:
-            if failed:
-                self.protocol.deliver(self, self.reply(UNMATCHED_TYPE, {
-                    "reason": outcome, "message": why}))
-            # turn_records: this hub answers a repeated turn id from its record (our client
-            # resends a turn lost with its connection only to hubs that say so)
-            self.protocol.deliver(self, self.reply(HANDLED_TYPE, {"turn_records": True}))
-        if not self._end(tell, turn_outcome(failed, reason, stopped=self._stopping,
-                                            replayed=self.replayed)):
+        if not failed and not self.replayed and self.protocol.settings.store_durable and \
+                threading.get_ident() != self._loop_thread:
+            return self._finish_durable(outcome)
+        if not self._end(lambda: self._tell(failed, outcome, why),
+                         turn_outcome(failed, reason, stopped=self._stopping,
+                                      replayed=self.replayed)):
             return False
-        if failed and why and reason not in (EndReason.NONE, EndReason.NOT_UNDERSTOOD):
-            warn_refusal("failure", self.peer,
-                         f"answering {shown_name(self.peer)} with a failure: {why}")
+        self._warn_failure(failed, why, reason)
         # a replayed turn is kept already; one the store did not answer is not tried again
         if not self.replayed and outcome not in _NOT_KEPT:
             self._after_told(lambda: self.protocol.keep_exchange(self._ended(outcome)))
         return True
+
+    def _finish_durable(self, outcome: str) -> bool:
+        """Durable mode: the end is claimed (no sentence, timeout or stop comes after it),
+        the exchange and the record are written and acknowledged by a replica, and only then
+        is the satellite told: answered, or, when the store failed or no replica acknowledged,
+        `store_unavailable` (what it heard is not known to survive a failover, so the hub does
+        not say answered). The worker waits for the store here, never the IO loop."""
+        if not self._claim_end():
+            return False
+        failed, why, reason = False, "", EndReason.NOT_UNDERSTOOD
+        try:
+            self.protocol.keep_exchange(self._ended(outcome), strict=True)
+        except ConversationStoreError as e:
+            failed, why, reason = True, str(e), EndReason.STORE_UNAVAILABLE
+        told = reason.value if failed else outcome
+        self._announce(lambda: self._tell(failed, told, why),
+                       turn_outcome(failed, reason, stopped=self._stopping))
+        self._warn_failure(failed, why, reason)
+        return True
+
+    def _tell(self, failed: bool, outcome: str, why: str) -> None:
+        """Queue the end's replies: a failure's reason first, then `handled`."""
+        if failed:
+            self.protocol.deliver(self, self.reply(UNMATCHED_TYPE, {
+                "reason": outcome, "message": why}))
+        # turn_records: this hub answers a repeated turn id from its record (our client
+        # resends a turn lost with its connection only to hubs that say so)
+        self.protocol.deliver(self, self.reply(HANDLED_TYPE, {"turn_records": True}))
+
+    def _warn_failure(self, failed: bool, why: str, reason: EndReason) -> None:
+        if failed and why and reason not in (EndReason.NONE, EndReason.NOT_UNDERSTOOD):
+            warn_refusal("failure", self.peer,
+                         f"answering {shown_name(self.peer)} with a failure: {why}")
 
     def _ended(self, outcome: str) -> EndedExchange:
         return EndedExchange(self.session_id, self.utterance, list(self.sentences), outcome,
@@ -225,20 +260,32 @@ class HubTurn:
         return self.finish(failed=False)
 
     def _end(self, tell, outcome: str) -> bool:
-        """The one way a turn ends, whoever ends it: under its lock, marked finished, `tell`
-        queued before anything else can be, then the marker that it was written, its timer
-        dropped and its entry in OpenTurns removed; then counted, once, as `outcome`
-        (hub/metrics.py). False if it had ended already."""
+        """The one way a turn ends, whoever ends it: `_claim_end`, then `_announce`. False if
+        it had ended already."""
+        if not self._claim_end():
+            return False
+        self._announce(tell, outcome)
+        return True
+
+    def _claim_end(self) -> bool:
+        """Under its lock: marked finished, unless it was (False)."""
         with self._lock:
             if self.finished:
                 return False
             self.finished = True
+            return True
+
+    def _announce(self, tell, outcome: str) -> None:
+        """Under its lock, `tell` queued, then the marker that it was written, its timer
+        dropped and its entry in OpenTurns removed; then counted, once, as `outcome`
+        (hub/metrics.py). A sentence can never come between the claim and `tell`: `speak`
+        queues under the same lock and only while the turn is not finished."""
+        with self._lock:
             tell()
             self.loop.add_callback(self._told.set)   # runs after the end's writes: FIFO
             self.loop.add_callback(self._unwatch)   # its timer would hold it for `timeout`
             self.protocol.open_turns.remove(self)
         self.protocol.metrics.turn_ended(outcome, self.protocol.clock.now() - self.arrived)
-        return True
 
 
 class OpenTurns:

@@ -127,7 +127,8 @@ class ChatAgentProtocol(AgentProtocol):
                                 data_home=lambda: str(xdg_data_home()),   # beside core's db
                                 max_sessions_per_client=self.settings.max_sessions_per_client,
                                 max_turn_records_per_client=(
-                                    self.settings.max_turn_records_per_client))
+                                    self.settings.max_turn_records_per_client),
+                                durable=self.settings.store_durable)
         if self.settings.health:
             self.store = TimedStore(self.store, self.metrics)
         self.asides = Asides(self.engine, self.send)
@@ -307,10 +308,10 @@ class ChatAgentProtocol(AgentProtocol):
         send_reply(client, peer, reply)
 
     # ---- any thread ----
-    def keep_exchange(self, ended: EndedExchange) -> None:
+    def keep_exchange(self, ended: EndedExchange, strict: bool = False) -> None:
         """An ended turn or QUERY into the store (hub/exchanges.py), its history only while
-        its session is followed."""
-        keep_exchange(self.store, self.satellites.__contains__, ended)
+        its session is followed; `strict`: a store failure raises."""
+        keep_exchange(self.store, self.satellites.__contains__, ended, strict=strict)
 
     # ---- hivemind-core's QUERY / CASCADE (abstract from hivemind-plugin-manager 0.7) ----
     def natural_language_query(self, utterance: str, lang: str) -> Iterator[Optional[str]]:

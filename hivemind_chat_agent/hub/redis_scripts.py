@@ -18,6 +18,10 @@ client's own oldest finished records, dropped as a turn ends (off the next turn'
 sixteenth of the cap at a time, so that the next claims fit); when every one is running, the
 claim is undone and refused (-1), and the plugin answers that turn "busy" rather than let a
 running turn be run twice.
+
+On a Redis Cluster every key a script touches, those it names from ARGV[1] too, carries the
+hash tag of its KEYS (ARGV[1] is the tagged prefix, hub/redis_keys.py), so a script runs on
+one node.
 """
 
 # shared by the scripts: ARGV[1] is the key prefix
@@ -95,4 +99,16 @@ for _, member in ipairs(redis.call('ZRANGE', turns, 0, -1)) do
   end
 end
 return over
+"""
+
+# KEYS: turn:<n>:<session>:<turn id>
+# ARGV: prefix (unused), the record as it was read (running, its owner's alive key lapsed),
+#       this hub's running record, record ttl
+# Returns 1 when the record was still that one and is now this hub's, 0 when it changed (another
+# hub took it over first, or its turn ended). Compare-and-set on the one key: WATCH/MULTI with
+# the owner's alive key read inside would cross slots on a cluster.
+TAKE_OVER = """
+if redis.call('GET', KEYS[1]) ~= ARGV[2] then return 0 end
+redis.call('SET', KEYS[1], ARGV[3], 'EX', tonumber(ARGV[4]))
+return 1
 """

@@ -1,13 +1,11 @@
 """The conversation store on Redis (hub/conversation_store.py has the contract), for hubs that
 share conversations: replicas behind one address.
 
-Keys, under `hivemind-chat:` in the URL's database:
+Keys (hub/redis_keys.py, with the hash tags that keep each call on one cluster node):
     history:<engine session id>   a list of JSON [user, assistant, ended], oldest first
     session:<engine session id>   the hub-kept OVOS Session, JSON
     secret                        the hub secret, hex, set once by whichever hub comes first
-    turn:<n>:<session>:<turn id>  a turn's record: JSON {state, owner, sentences, ended}; <n> is
-                                  the session id's length in bytes, so ids with ':' in them
-                                  never name another turn's record
+    turn:<n>:<session>:<turn id>  a turn's record: JSON {state, owner, sentences, ended}
     sessions:<client>             the client's sessions, by last turn (max_sessions_per_client)
     turns:<client>                the client's turn records, by last write
                                   (max_turn_records_per_client)
@@ -22,7 +20,13 @@ changed the Session. A client at one of its caps costs one script more (hub/redi
 as a turn ends: a new session past `max_sessions_per_client`, or a client at
 `max_turn_records_per_client` (its oldest finished records go, a sixteenth of the cap, so that
 the next claims fit); and as a turn begins when many of its turns run at once.
+
+Durable mode (`store_durable`): the writes that keep a turn's outcome (its exchange, its record
+done, its Session) are followed by `WAIT 1` on their connection (hub/redis_rounds.py), and a
+write no replica acknowledged within DURABLE_WAIT_MS raises ConversationStoreError: Redis
+replicates asynchronously, and what only the primary had is lost when a replica is promoted.
 """
+import hashlib
 import json
 import secrets
 import threading
@@ -30,14 +34,11 @@ import time
 import uuid
 from typing import Any, Dict, List, Optional
 
-import redis
-
 from hivemind_chat_agent.core.transcript import Exchange, clip
 from hivemind_chat_agent.errors import ConversationStoreError
 from hivemind_chat_agent.hub import redis_scripts
 from hivemind_chat_agent.hub.conversation_store import (
     DONE,
-    KEY_PREFIX,
     MAX_TURN_RECORDS_PER_CLIENT,
     PING_TIMEOUT,
     REDIS_TIMEOUT,
@@ -52,28 +53,48 @@ from hivemind_chat_agent.hub.conversation_store import (
     record_from_json,
     record_to_json,
 )
-from hivemind_chat_agent.hub.redis_urls import redis_client, shown_url
+from hivemind_chat_agent.hub.redis_keys import (
+    SECRET,
+    alive_key,
+    history_key,
+    member,
+    prefixer,
+    session_key,
+    sessions_key,
+    turn_key,
+    turns_key,
+)
+from hivemind_chat_agent.hub.redis_rounds import STORE_ERRORS, RoundTrips
+from hivemind_chat_agent.hub.redis_urls import is_cluster, redis_client, shown_url
 
 HEARTBEAT = 1.0        # seconds between this hub's "alive" renewals
 ALIVE_FOR = 3          # seconds an "alive" key outlives its last renewal
 
 
 class RedisStore:
+    """The store on one Redis, the primary Sentinel names, or a Redis Cluster (the URL says
+    which: hub/redis_urls.py). `durable`: see the module."""
     shared = True    # every replica behind one address reads it
+
     def __init__(self, url: str, history_turns: int, history_bytes: int, session_ttl: float,
                  max_sessions_per_client: int = 256,
-                 max_turn_records_per_client: int = MAX_TURN_RECORDS_PER_CLIENT):
+                 max_turn_records_per_client: int = MAX_TURN_RECORDS_PER_CLIENT,
+                 durable: bool = False):
         self._where = shown_url(url)
+        cluster = is_cluster(url)
         self._redis = redis_client(
             url, socket_timeout=REDIS_TIMEOUT, socket_connect_timeout=REDIS_TIMEOUT,
             health_check_interval=30, decode_responses=True)
+        self._rounds = RoundTrips(self._redis, cluster, self._where)
+        self._prefix = prefixer(cluster)
+        self.durable = durable
         self.history_turns = history_turns
         self.history_bytes = history_bytes
         self._ttl = max(1, int(session_ttl))
         self.max_sessions_per_client = max_sessions_per_client
         self.max_turn_records_per_client = max_turn_records_per_client
-        self._scripts = {name: self._redis.register_script(getattr(redis_scripts, name))
-                         for name in ("MAKE_ROOM", "EVICT_SESSIONS")}
+        self._scripts = {name: _Script(getattr(redis_scripts, name))
+                         for name in ("MAKE_ROOM", "EVICT_SESSIONS", "TAKE_OVER")}
         self._secret: Optional[bytes] = None
         self.owner = uuid.uuid4().hex          # this hub, as the owner of the turns it runs
         self._closed = threading.Event()
@@ -89,27 +110,30 @@ class RedisStore:
     def history(self, session_id: str) -> List[Exchange]:
         if self.history_turns == 0:
             return []
-        raw = self._call(self._redis.lrange, _history(session_id), 0, -1)
+        raw = self._rounds.call("lrange",
+                                history_key(self._prefix(session_id), session_id), 0, -1)
         return [e for e in map(exchange_from_json, raw) if e is not None]
 
     def record(self, session_id: str, exchange: Exchange) -> None:
         """Appended, then the oldest trimmed to the bounds. Turns of one session come one at a
         time (the satellite waits for each answer), so read-then-trim needs no transaction."""
         if self.history_turns:
-            self._run(*self._append(session_id, exchange, self.history(session_id)))
+            self._rounds.run(*self._append(session_id, exchange, self.history(session_id)),
+                             durable=self.durable)
 
     def begin(self, session_id: str, turn_id: str, client: str = "") -> Begun:
         """The Session and history read and the record claimed (and counted, for a client
         with many turns at once), in one round trip; the rest of the bookkeeping waits for
         `finish`, after the answer."""
         self._beat()
-        commands: List[tuple] = [("GET", _session(session_id))]
+        prefix = self._prefix(session_id)
+        commands: List[tuple] = [("GET", session_key(prefix, session_id))]
         if self.history_turns:
-            commands.append(("LRANGE", _history(session_id), 0, -1))
+            commands.append(("LRANGE", history_key(prefix, session_id), 0, -1))
         now = time.time()
         if turn_id:
             commands += self._claim(client, session_id, turn_id, now)
-        replies = self._run(*commands)
+        replies = self._rounds.run(*commands)
         history = [e for e in map(exchange_from_json, replies[1])
                    if e is not None] if self.history_turns else []
         record = self._claimed(replies[-3:], client, session_id, turn_id, now) \
@@ -118,53 +142,59 @@ class RedisStore:
 
     def finish(self, session_id: str, turn_id: str, exchange: Exchange, sentences: List[str],
                earlier: List[Exchange], keep_exchange: bool, client: str = "") -> None:
-        """The exchange kept and the record done; the session marked the client's most
-        recent (the least recently used beyond the cap evicted), and, when the client is at
-        its record cap, its oldest finished records dropped (a sixteenth of the cap, at least
-        one), so that the next claims fit without a script."""
+        """The exchange kept and the record done (durable: acknowledged by a replica, or
+        ConversationStoreError); the session marked the client's most recent (the least
+        recently used beyond the cap evicted), and, when the client is at its record cap, its
+        oldest finished records dropped (a sixteenth of the cap, at least one), so that the
+        next claims fit without a script."""
+        prefix = self._prefix(session_id)
         commands = []
         if keep_exchange and self.history_turns:
             commands += self._append(session_id, exchange, earlier)
         if turn_id:
             done = TurnRecord(DONE, self.owner, list(sentences), exchange.ended)
-            commands += [("SET", _turn(session_id, turn_id), record_to_json(done), "EX",
-                          int(TURN_RECORD_TTL)),
-                         ("EXPIRE", _turns(client), int(TURN_RECORD_TTL)),
-                         ("ZCARD", _turns(client))]
+            commands += [("SET", turn_key(prefix, session_id, turn_id), record_to_json(done),
+                          "EX", int(TURN_RECORD_TTL)),
+                         ("EXPIRE", turns_key(prefix, client), int(TURN_RECORD_TTL)),
+                         ("ZCARD", turns_key(prefix, client))]
         cap, now = self._session_cap(client), time.time()
         if cap:
-            commands += self._touch(client, session_id, now)
+            commands += self._touch(prefix, client, session_id, now)
         if not commands:
             return
-        replies = self._run(*commands)
+        replies = self._rounds.run(*commands, durable=self.durable and bool(
+            turn_id or keep_exchange and self.history_turns))
         if cap:
-            self._evict_if_over(replies[-3:], client, now)
+            self._evict_if_over(replies[-3:], prefix, client, now)
             replies = replies[:-3]
         records = self.max_turn_records_per_client
         if turn_id and replies[-1] >= records:  # room for the next claims: a script every
-            self._script("MAKE_ROOM", [_turns(client)], [   # records/16 turns, not every one
-                records - max(1, records // 16), int(TURN_RECORD_TTL), now, ""])
+            self._script("MAKE_ROOM", prefix, [turns_key(prefix, client)], [  # records/16
+                records - max(1, records // 16), int(TURN_RECORD_TTL), now, ""])   # turns
 
-    def _touch(self, client: str, session_id: str, now: float) -> List[tuple]:
+    def _touch(self, prefix: str, client: str, session_id: str, now: float) -> List[tuple]:
         """The commands that mark the session the client's most recent and count the client's
         sessions (ZADD's reply: 1 when it is new to the client's set)."""
-        return [("ZADD", _sessions(client), now, session_id),
-                ("EXPIRE", _sessions(client), self._ttl), ("ZCARD", _sessions(client))]
+        key = sessions_key(prefix, client)
+        return [("ZADD", key, now, session_id), ("EXPIRE", key, self._ttl), ("ZCARD", key)]
 
-    def _evict_if_over(self, replies: List[Any], client: str, now: float) -> None:
+    def _evict_if_over(self, replies: List[Any], prefix: str, client: str, now: float) -> None:
         """A session new to the client's set that took it past its cap: the least recently
         used go, with their keys."""
         added, _expire, count = replies
         if added and count > self.max_sessions_per_client:
-            self._script("EVICT_SESSIONS", [_sessions(client), _turns(client)],
+            self._script("EVICT_SESSIONS", prefix,
+                         [sessions_key(prefix, client), turns_key(prefix, client)],
                          [self.max_sessions_per_client, self._ttl, now])
 
     def _claim(self, client: str, session_id: str, turn_id: str, now: float) -> List[tuple]:
         """The commands that claim a turn's record (SET NX) and count the client's records."""
+        prefix = self._prefix(session_id)
         mine = record_to_json(TurnRecord(RUNNING, self.owner))
-        return [("SET", _turn(session_id, turn_id), mine, "NX", "EX", int(TURN_RECORD_TTL)),
-                ("ZADD", _turns(client), now, _member(session_id, turn_id)),
-                ("ZCARD", _turns(client))]
+        return [("SET", turn_key(prefix, session_id, turn_id), mine, "NX", "EX",
+                 int(TURN_RECORD_TTL)),
+                ("ZADD", turns_key(prefix, client), now, member(session_id, turn_id)),
+                ("ZCARD", turns_key(prefix, client))]
 
     def _claimed(self, replies: List[Any], client: str, session_id: str, turn_id: str,
                  now: float) -> Optional[TurnRecord]:
@@ -174,10 +204,11 @@ class RedisStore:
         claimed, _added, count = replies
         if not claimed:
             return self.turn_record(session_id, turn_id)
+        prefix = self._prefix(session_id)
         if count > self.max_turn_records_per_client and self._script(
-                "MAKE_ROOM", [_turns(client)], [self.max_turn_records_per_client,
-                                                int(TURN_RECORD_TTL), now,
-                                                _member(session_id, turn_id)]) != 1:
+                "MAKE_ROOM", prefix, [turns_key(prefix, client)], [
+                    self.max_turn_records_per_client, int(TURN_RECORD_TTL), now,
+                    member(session_id, turn_id)]) != 1:
             raise TurnRecordsFull(
                 f"this client's {self.max_turn_records_per_client} turn records "
                 "(max_turn_records_per_client) all belong to turns still running; try again "
@@ -192,7 +223,7 @@ class RedisStore:
                 earlier: List[Exchange]) -> List[tuple]:
         """The commands that append `exchange` to the history that was `earlier`, within the
         bounds, and renew its TTL."""
-        key = _history(session_id)
+        key = history_key(self._prefix(session_id), session_id)
         drop = bounded(earlier, exchange, self.history_turns, self.history_bytes)
         commands: List[tuple] = [("RPUSH", key,
                                   exchange_to_json(clip(exchange, self.history_bytes)))]
@@ -202,16 +233,16 @@ class RedisStore:
         return commands
 
     def keep_session(self, session_id: str, session: Dict[str, Any], client: str = "") -> None:
-        self._run(("SET", _session(session_id), json.dumps(session), "EX", self._ttl))
+        self._rounds.run(("SET", session_key(self._prefix(session_id), session_id),
+                          json.dumps(session), "EX", self._ttl), durable=self.durable)
 
     def forget(self, session_id: str) -> None:
         """Kept until its TTL: the satellite may continue on another replica."""
 
     def secret(self) -> bytes:
         if self._secret is None:
-            key = KEY_PREFIX + "secret"
-            self._call(self._redis.set, key, secrets.token_hex(32), nx=True)
-            value = self._call(self._redis.get, key)
+            self._rounds.call("set", SECRET, secrets.token_hex(32), nx=True)
+            value = self._rounds.call("get", SECRET)
             try:
                 secret = bytes.fromhex(value or "")
             except ValueError:
@@ -219,58 +250,59 @@ class RedisStore:
             if len(secret) < 32:
                 raise ConversationStoreError(
                     f"the hub secret in the conversation store at {self._where} is not one "
-                    f"this plugin wrote; delete the key {key} and restart the hubs")
+                    f"this plugin wrote; delete the key {SECRET} and restart the hubs")
             self._secret = secret
         return self._secret
 
     def ping(self) -> bool:
-        """A PING within PING_TIMEOUT (connect and reply); False when Redis does not answer."""
+        """A PING within PING_TIMEOUT (connect and reply); False when Redis does not answer
+        (on a cluster, the node redis-py sends keyless commands to)."""
         with self._ping_lock:
             try:
                 return bool(self._pinger.ping())
-            except (redis.RedisError, OSError):
+            except STORE_ERRORS:
                 return False
 
     def close(self) -> None:
         self._closed.set()
         self._pinger.close()
         try:
-            self._redis.delete(_alive(self.owner))   # its turns are free to take over at once
-        except redis.RedisError:
+            self._redis.delete(alive_key(self.owner))   # its turns are free to take over now
+        except STORE_ERRORS:
             pass
         self._redis.close()
 
     # ---- turn records ----
     def claim_turn(self, session_id: str, turn_id: str, client: str = "") -> Optional[TurnRecord]:
         now = time.time()
-        replies = self._run(*self._claim(client, session_id, turn_id, now),
-                            ("EXPIRE", _turns(client), int(TURN_RECORD_TTL)))
+        replies = self._rounds.run(
+            *self._claim(client, session_id, turn_id, now),
+            ("EXPIRE", turns_key(self._prefix(session_id), client), int(TURN_RECORD_TTL)))
         return self._claimed(replies[:3], client, session_id, turn_id, now)
 
     def take_over(self, session_id: str, turn_id: str) -> bool:
-        key = _turn(session_id, turn_id)
-        try:
-            with self._redis.pipeline() as pipe:
-                pipe.watch(key)
-                record = record_from_json(pipe.get(key))
-                if record is None or record.state != RUNNING or pipe.exists(_alive(record.owner)):
-                    return False
-                pipe.multi()
-                pipe.set(key, record_to_json(TurnRecord(RUNNING, self.owner)),
-                         ex=int(TURN_RECORD_TTL))
-                pipe.execute()
-                return True
-        except redis.WatchError:
+        """The record made this hub's if it is still the running one of an owner whose alive
+        key lapsed: the check is by value in a script (hub/redis_scripts.TAKE_OVER), so it
+        touches only the record's own key, on a cluster too (the owner's alive key is in
+        another slot)."""
+        key = turn_key(self._prefix(session_id), session_id, turn_id)
+        raw = self._rounds.call("get", key)
+        record = record_from_json(raw)
+        if record is None or record.state != RUNNING or \
+                self._rounds.call("exists", alive_key(record.owner)):
             return False
-        except redis.RedisError as e:
-            raise self._error(e) from None
+        mine = record_to_json(TurnRecord(RUNNING, self.owner))
+        return self._script("TAKE_OVER", self._prefix(session_id), [key],
+                            [raw, mine, int(TURN_RECORD_TTL)]) == 1
 
     def turn_record(self, session_id: str, turn_id: str) -> Optional[TurnRecord]:
-        record = record_from_json(self._call(self._redis.get, _turn(session_id, turn_id)))
+        record = record_from_json(self._rounds.call(
+            "get", turn_key(self._prefix(session_id), session_id, turn_id)))
         if record is None:
             return None
         if record.state == RUNNING and record.owner != self.owner:
-            record.owner_alive = bool(self._call(self._redis.exists, _alive(record.owner)))
+            record.owner_alive = bool(self._rounds.call("exists",
+                                                        alive_key(record.owner)))
         return record
 
     def _beat(self) -> None:
@@ -280,7 +312,7 @@ class RedisStore:
             return
         with self._heartbeat_lock:
             if self._heartbeat is None:
-                self._call(self._redis.set, _alive(self.owner), "1", ex=ALIVE_FOR)
+                self._rounds.call("set", alive_key(self.owner), "1", ex=ALIVE_FOR)
                 self._heartbeat = threading.Thread(target=self._keep_alive, daemon=True,
                                                    name="hivemind-chat-store-heartbeat")
                 self._heartbeat.start()
@@ -288,59 +320,21 @@ class RedisStore:
     def _keep_alive(self) -> None:
         while not self._closed.wait(HEARTBEAT):
             try:
-                self._redis.set(_alive(self.owner), "1", ex=ALIVE_FOR)
-            except redis.RedisError:
+                self._redis.set(alive_key(self.owner), "1", ex=ALIVE_FOR)
+            except STORE_ERRORS:
                 pass     # Redis is down: turns fail anyway; renewed when it is back
 
-    def _run(self, *commands: tuple) -> List[Any]:
-        """`commands` in one round trip on one pooled connection, their replies in order: a
-        pipeline without redis-py's pipeline objects, which cost twice the CPU per turn
-        (benchmarks/bench_store.py; the begin and the end of every turn come here). A
-        connection that failed is dropped, never handed back with unread replies."""
-        pool = self._redis.connection_pool
-        try:
-            try:
-                connection = pool.get_connection()
-            except TypeError:      # redis-py before 5.3 wants a command name (any)
-                connection = pool.get_connection("GET")
-        except redis.RedisError as e:
-            raise self._error(e) from None
-        try:
-            connection.send_packed_command(connection.pack_commands(commands))
-            return [connection.read_response() for _ in commands]
-        except redis.exceptions.NoScriptError:
-            if len(commands) > 1:      # replies left unread: the connection is not reusable
-                connection.disconnect()
-            raise
-        except (redis.RedisError, OSError) as e:
-            connection.disconnect()
-            raise self._error(e) from None
-        finally:
-            pool.release(connection)
+    def _script(self, name: str, prefix: str, keys: List[str], args: List[Any]) -> Any:
+        return self._rounds.script(self._scripts[name], prefix, keys, args)
 
-    def _script(self, name: str, keys: List[str], args: List[Any]) -> Any:
-        """One of hub/redis_scripts.py's scripts, its first argument the key prefix: EVALSHA
-        on the packed path above (redis-py's Script objects cost this hub about 0.1 ms more
-        per turn), loaded again when Redis lost it (a restart)."""
-        script = self._scripts[name]
-        command = ("EVALSHA", script.sha, len(keys), *keys, KEY_PREFIX, *args)
-        try:
-            return self._run(command)[0]
-        except redis.exceptions.NoScriptError:
-            self._call(self._redis.script_load, script.script)
-            return self._run(command)[0]
 
-    def _call(self, method, *args, **kwargs) -> Any:
-        try:
-            return method(*args, **kwargs)
-        except redis.RedisError as e:
-            raise self._error(e) from None
+class _Script:
+    """A script's text and SHA1, what EVALSHA and SCRIPT LOAD need (redis-py's Script
+    objects want a client of one kind; this works for both)."""
 
-    def _error(self, e: Exception) -> ConversationStoreError:
-        return ConversationStoreError(
-            f"the conversation store at {self._where} failed ({type(e).__name__}: "
-            f"{str(e)[:200]}); turns fail until it answers again, then the hub continues "
-            "by itself")
+    def __init__(self, text: str):
+        self.script = text
+        self.sha = hashlib.sha1(text.encode("utf-8")).hexdigest()
 
 
 def _json_dict(raw: Any) -> Optional[Dict[str, Any]]:
@@ -349,34 +343,3 @@ def _json_dict(raw: Any) -> Optional[Dict[str, Any]]:
     except (TypeError, ValueError):
         return None
     return data if isinstance(data, dict) else None
-
-
-def _member(session_id: str, turn_id: str) -> str:
-    """A turn record's name: the session id's length in bytes first, so that no two
-    (session, turn id) pairs share one whatever ':' they contain."""
-    return f"{len(session_id.encode('utf-8'))}:{session_id}:{turn_id}"
-
-
-def _session(session_id: str) -> str:
-    return f"{KEY_PREFIX}session:{session_id}"
-
-
-def _turn(session_id: str, turn_id: str) -> str:
-    return f"{KEY_PREFIX}turn:{_member(session_id, turn_id)}"
-
-
-def _sessions(client: str) -> str:
-    return f"{KEY_PREFIX}sessions:{client}"
-
-
-def _turns(client: str) -> str:
-    return f"{KEY_PREFIX}turns:{client}"
-
-
-def _alive(owner: str) -> str:
-    return f"{KEY_PREFIX}alive:{owner}"
-
-
-def _history(session_id: str) -> str:
-    return f"{KEY_PREFIX}history:{session_id}"
-

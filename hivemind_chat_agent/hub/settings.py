@@ -27,6 +27,7 @@ class HubSettings(Operated):
     history_turns: int = 10      # earlier exchanges the engine gets with each utterance (0: none)
     history_bytes: int = 32768   # and at most this much of their text, per session
     conversation_store: str = "memory"   # or "redis://HOST:PORT/DB", shared by replicas
+    store_durable: bool = False  # an answer's end waits for a Redis replica's ack (WAIT 1)
     health: str = ""             # "HOST:PORT" of /healthz, /readyz, /metrics; "" off
     health_allow_from: Tuple[str, ...] = ()   # networks that may reach a non-loopback health
     drain_timeout: float = 20.0  # on SIGTERM: seconds the running turns get to finish
@@ -58,6 +59,7 @@ class HubSettings(Operated):
                            history_turns=int(config.get("history_turns", 10)),
                            history_bytes=int(config.get("history_bytes", 32768)),
                            conversation_store=str(config.get("conversation_store") or "memory"),
+                           store_durable=_flag(config, "store_durable"),
                            loop_pacing=loop_pacing(config), **operated_values(config))
         except (TypeError, ValueError) as e:
             raise ConfigurationError(f"invalid number in {PLUGIN_NAME} config: {e}") from None
@@ -73,6 +75,17 @@ class HubSettings(Operated):
                                      "history_bytes >= 256")
         settings.check_operated()
         return settings
+
+
+def _flag(config: Dict[str, Any], name: str) -> bool:
+    """A true/false setting, absent meaning false. Anything else is refused rather than read
+    as truthy: "false" or 0 taken for true (or "yes" for false) would switch a guarantee
+    silently."""
+    value = config.get(name, False)
+    if not isinstance(value, bool):
+        raise ConfigurationError(
+            f"{PLUGIN_NAME}: {name} must be true or false (a JSON boolean), not {value!r}")
+    return value
 
 
 def load_engine(name: str, config: Dict[str, Any]) -> ChatEngine:
