@@ -16,7 +16,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import ha_runtime
 from hubs import free_port
@@ -162,6 +162,58 @@ class HomeAssistantProcess:
         if status != 200:
             raise AssertionError(f"conversation/process: {status} {answer}")
         return answer
+
+    def assist_run(self, text: str, pipeline_id: str, conversation_id: str,
+                   timeout: float = 60) -> List[Tuple[float, Dict[str, Any]]]:
+        """Run an Assist pipeline from its intent stage over HA's websocket API, as a text
+        satellite does: every event of the run (intent-progress carries each chat-log
+        delta) with the time.monotonic() it arrived, until run-end."""
+        ws = self.websocket()
+        try:
+            ws.send(json.dumps({"id": 1, "type": "assist_pipeline/run",
+                                "start_stage": "intent", "end_stage": "intent",
+                                "input": {"text": text}, "pipeline": pipeline_id,
+                                "conversation_id": conversation_id}))
+            events = []
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                message = json.loads(ws.recv())
+                if message.get("type") == "result" and not message.get("success"):
+                    raise AssertionError(f"assist_pipeline/run: {message}")
+                if message.get("type") == "event":
+                    events.append((time.monotonic(), message["event"]))
+                    if message["event"]["type"] == "run-end":
+                        return events
+            raise AssertionError(f"the run did not end in {timeout} s: {events}")
+        finally:
+            ws.close()
+
+    def create_pipeline(self, agent_id: str) -> str:
+        """An Assist pipeline (text only) whose conversation agent is `agent_id`: its id."""
+        ws = self.websocket()
+        try:
+            ws.send(json.dumps({"id": 1, "type": "assist_pipeline/pipeline/create",
+                                "conversation_engine": agent_id, "conversation_language": "en",
+                                "language": "en", "name": f"hub {agent_id}",
+                                "stt_engine": None, "stt_language": None, "tts_engine": None,
+                                "tts_language": None, "tts_voice": None,
+                                "wake_word_entity": None, "wake_word_id": None}))
+            result = json.loads(ws.recv())
+            assert result.get("success"), result
+            return result["result"]["id"]
+        finally:
+            ws.close()
+
+    def websocket(self):
+        """An authenticated connection to HA's websocket API (websocket-client)."""
+        import websocket
+        ws = websocket.create_connection(f"ws://127.0.0.1:{self.port}/api/websocket",
+                                         timeout=60)
+        assert json.loads(ws.recv())["type"] == "auth_required"
+        ws.send(json.dumps({"type": "auth", "access_token": self.token}))
+        reply = json.loads(ws.recv())
+        assert reply["type"] == "auth_ok", reply
+        return ws
 
     def logs(self) -> str:
         try:

@@ -126,6 +126,32 @@ def test_the_sentences_of_an_answer_reach_home_assistant_in_order(home_assistant
     assert speech(answer) == "sentence 1\nsentence 2\nsentence 3"
 
 
+def test_the_first_sentence_reaches_assist_while_the_hub_still_speaks(home_assistant, agent_id):
+    """A genuine Assist pipeline run (intent stage, websocket API): each sentence arrives as
+    its own chat-log delta (intent-progress, what streaming TTS is fed from) as the hub speaks
+    it, so the first is there a second before the last of "slow 3 1" (a sentence a second)."""
+    ha = home_assistant
+    pipeline = ha.create_pipeline(agent_id)
+    events = ha.assist_run("slow 3 1", pipeline, "stream-1")
+    deltas = [(t, e["data"]["chat_log_delta"]) for t, e in events
+              if e["type"] == "intent-progress" and "chat_log_delta" in e["data"]]
+    contents = [(t, d["content"]) for t, d in deltas if d.get("content")]
+    assert [c.strip() for _t, c in contents] == ["slow sentence 1", "slow sentence 2",
+                                                 "slow sentence 3"]
+    assert deltas[0][1].get("role") == "assistant"
+    ended = next(t for t, e in events if e["type"] == "intent-end")
+    assert ended - contents[0][0] > 1.5, "the first sentence came with the last"
+    assert contents[1][0] - contents[0][0] > 0.5
+    output = next(e for _t, e in events if e["type"] == "intent-end")["data"]["intent_output"]
+    assert output["continue_conversation"] is False
+    assert output["response"]["speech"]["plain"]["speech"] == \
+        "slow sentence 1\nslow sentence 2\nslow sentence 3"
+    # and a question through the pipeline ends the run saying to listen again
+    events = ha.assist_run("ask", pipeline, "stream-2")
+    output = next(e for _t, e in events if e["type"] == "intent-end")["data"]["intent_output"]
+    assert output["continue_conversation"] is True
+
+
 def test_a_turns_time_through_home_assistant(home_assistant, agent_id):
     """Not a benchmark: the figure for the record, and a bound no healthy run comes near."""
     times = []
