@@ -151,17 +151,30 @@ class HomeAssistantProcess:
         raise AssertionError(f"no conversation entity appeared:\n{self.logs()[-3000:]}")
 
     def say(self, agent_id: str, text: str, conversation_id: Optional[str] = None,
-            language: str = "en", timeout: float = 60) -> Dict[str, Any]:
+            language: str = "en", timeout: float = 60,
+            device_id: Optional[str] = None) -> Dict[str, Any]:
         """POST /api/conversation/process: HA's answer (response, conversation_id,
         continue_conversation)."""
         body = {"text": text, "agent_id": agent_id, "language": language}
         if conversation_id is not None:
             body["conversation_id"] = conversation_id
+        if device_id is not None:
+            body["device_id"] = device_id
         status, answer = self.request("POST", "/api/conversation/process", body,
                                       timeout=timeout)
         if status != 200:
             raise AssertionError(f"conversation/process: {status} {answer}")
         return answer
+
+    def set_options(self, entry_id: str, options: Dict[str, Any]) -> Dict[str, Any]:
+        """The entry's options flow, submitted once with `options` (the entry reloads)."""
+        status, flow = self.request("POST", "/api/config/config_entries/options/flow",
+                                    {"handler": entry_id})
+        assert status == 200 and flow.get("type") == "form", (status, flow)
+        status, result = self.request(
+            "POST", f"/api/config/config_entries/options/flow/{flow['flow_id']}", options)
+        assert status == 200 and result.get("type") == "create_entry", (status, result)
+        return result
 
     def assist_run(self, text: str, pipeline_id: str, conversation_id: str,
                    timeout: float = 60) -> List[Tuple[float, Dict[str, Any]]]:

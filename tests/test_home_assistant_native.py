@@ -121,6 +121,45 @@ def test_a_question_of_the_hub_reopens_the_microphone_and_gets_the_answer(
     assert answered["continue_conversation"] is False
 
 
+def test_the_language_is_home_assistants(home_assistant, agent_id):
+    assert speech(home_assistant.say(agent_id, "lang", "lang-1", language="de-DE")) == \
+        "language de-DE"
+
+
+def test_one_conversation_per_device_when_the_option_says_so(home_assistant, own_hub):
+    ha = home_assistant
+    entry_id, entity = add_entry(ha, own_hub.port, own_hub.add_client())
+    try:
+        ha.set_options(entry_id, {"per_device": True, "timeout": 30})
+        entity = ha.conversation_entity(entry_id)
+        assert speech(ha.say(entity, "remember figs", "dev-conv-1", device_id="kitchen")) \
+            == "I will remember that"
+        # a new conversation of the same satellite: the same session
+        assert speech(ha.say(entity, "recall", "dev-conv-2", device_id="kitchen")) == \
+            "you said figs"
+        assert speech(ha.say(entity, "recall", "dev-conv-1", device_id="hall")) == \
+            "I remember nothing"
+    finally:
+        ha.request("DELETE", f"/api/config/config_entries/entry/{entry_id}")
+
+
+def test_conversations_are_kept_across_a_home_assistant_restart(ha_root, hub):
+    """The agent's session store lives under HA's .storage: a restarted HA goes on."""
+    ha = HomeAssistantProcess(ha_root).start()
+    try:
+        ha.onboard()
+        entry_id, entity = add_entry(ha, hub.port, hub.add_client())
+        assert speech(ha.say(entity, "remember plums", "restart-1")) == "I will remember that"
+        ha.stop()
+        ha.start()
+        print(f"\nhass restarted: its API answered in {ha.started_in:.1f} s", file=sys.stderr)
+        entity = ha.conversation_entity(entry_id)
+        assert speech(ha.say(entity, "recall", "restart-1")) == "you said plums"
+        assert speech(ha.say(entity, "recall", "restart-2")) == "I remember nothing"
+    finally:
+        ha.cleanup()
+
+
 def test_the_sentences_of_an_answer_reach_home_assistant_in_order(home_assistant, agent_id):
     answer = home_assistant.say(agent_id, "count 3", "count-1")
     assert speech(answer) == "sentence 1\nsentence 2\nsentence 3"
