@@ -15,6 +15,7 @@ from hivemind_chat_agent.bridges.ha_native import (
     failure_answer,
     flow_error,
     hub_name,
+    run_turn,
     sentence_deltas,
     session_for,
 )
@@ -164,3 +165,59 @@ def test_nothing_understood_and_silence():
     assert answer_for(report, "hub:1").error_code == NO_INTENT_MATCH
     _, report = deltas(FakeTurn([], TurnStatus.TIMED_OUT))
     assert "took too long" in answer_for(report, "hub:1").speech
+
+
+class FakeAgent:
+    """abegin() as HiveMindChatAgent's: a turn, or its typed error."""
+
+    def __init__(self, turn=None, error=None):
+        self.turn, self.error, self.calls = turn, error, []
+
+    async def abegin(self, messages, session_id, lang, site_id):
+        self.calls.append((messages[-1]["content"], session_id, lang, site_id))
+        if self.error is not None:
+            raise self.error
+        return self.turn
+
+
+class RunningTurn(FakeTurn):
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.terminated = False
+
+    def is_running(self):
+        return not self.terminated
+
+    def terminate(self):
+        self.terminated = True
+
+
+def test_run_turn_sends_the_utterance_and_reports_what_came_back():
+    turn = RunningTurn(["hi."], TurnStatus.ASKED, asked=True)
+    agent = FakeAgent(turn)
+    report = asyncio.run(run_turn(agent, "hello", session_id="s", lang="de-DE", site_id="k"))
+    assert agent.calls == [("hello", "s", "de-DE", "k")]
+    assert (report.sentences, report.asked, report.error) == (["hi."], True, None)
+    assert turn.terminated          # still "running" when read: stopped at the hub
+
+
+def test_run_turn_keeps_a_typed_error_in_the_report():
+    report = asyncio.run(run_turn(FakeAgent(error=HubUnreachableError("x")), "hello",
+                                  session_id="s", lang=None, site_id=None))
+    assert isinstance(report.error, HubUnreachableError) and report.sentences == []
+
+
+def test_a_turn_the_caller_gives_up_on_is_terminated():
+    turn = RunningTurn(["one.", "two."])
+
+    async def give_up(deltas):
+        async for _delta in deltas:
+            raise asyncio.CancelledError
+
+    async def main():
+        with pytest.raises(asyncio.CancelledError):
+            await run_turn(FakeAgent(turn), "talk", session_id="s", lang=None, site_id=None,
+                           consume=give_up)
+        await asyncio.sleep(0.05)     # the terminate runs off the loop
+    asyncio.run(main())
+    assert turn.terminated

@@ -20,6 +20,7 @@ from homeassistant.core import HomeAssistant, callback
 
 from hivemind_chat_agent import HiveMindChatAgent
 from hivemind_chat_agent.bridges.ha_native import (
+    CONF_HOME_CONTROL,
     CONF_HOST,
     CONF_KEY,
     CONF_LANGUAGE,
@@ -99,7 +100,8 @@ class HiveMindChatConfigFlow(ConfigFlow, domain=DOMAIN):
 
 
 class HiveMindChatOptionsFlow(OptionsFlowWithReload):
-    """Language (empty: Home Assistant's), one conversation per device, the turn timeout."""
+    """Language (empty: Home Assistant's), one conversation per device, the CONTROL feature,
+    the turn timeout."""
 
     async def async_step_init(self, user_input: dict[str, Any] | None = None
                               ) -> ConfigFlowResult:
@@ -111,6 +113,8 @@ class HiveMindChatOptionsFlow(OptionsFlowWithReload):
                               description={"suggested_value": options.get(CONF_LANGUAGE)}): str,
             probatio.Required(CONF_PER_DEVICE,
                               default=bool(options.get(CONF_PER_DEVICE, False))): bool,
+            probatio.Required(CONF_HOME_CONTROL,
+                              default=bool(options.get(CONF_HOME_CONTROL, True))): bool,
             probatio.Required(CONF_TIMEOUT,
                               default=float(options.get(CONF_TIMEOUT, DEFAULT_TIMEOUT))):
                 probatio.All(probatio.Coerce(float), probatio.Range(min=1, max=600)),

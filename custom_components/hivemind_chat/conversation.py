@@ -6,9 +6,9 @@ sentences go into the chat log as deltas while it speaks them (`supports_streami
 streaming TTS starts at the first sentence. `continue_conversation` is true exactly when the
 hub asked a question (TurnStatus.ASKED), so a satellite reopens its microphone. A turn the
 hub did not answer is an intent error response whose speech names the hub; the agent's own
-message goes to HA's log only. A turn HA gives up on (cancelled) is stopped at the hub.
+message goes to HA's log only. A turn HA gives up on (cancelled) is stopped at the hub. The
+entity has the CONTROL feature unless the home_control option is off.
 """
-import asyncio
 import logging
 from typing import Literal
 
@@ -20,16 +20,16 @@ from homeassistant.helpers.device_registry import DeviceEntryType, DeviceInfo
 from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
 
 from hivemind_chat_agent.bridges.ha_native import (
+    CONF_HOME_CONTROL,
     CONF_LANGUAGE,
     CONF_PER_DEVICE,
     DOMAIN,
     TurnReport,
     answer_for,
     hub_name,
-    sentence_deltas,
+    run_turn,
     session_for,
 )
-from hivemind_chat_agent.errors import HiveMindChatError
 
 from . import HiveMindChatConfigEntry
 
@@ -48,14 +48,15 @@ class HiveMindConversationEntity(conversation.ConversationEntity,
     _attr_has_entity_name = True
     _attr_name = None
     _attr_supports_streaming = True
-    # an OVOS hub's skills usually control things themselves (HA tells users otherwise
-    # "this assistant cannot control your home")
-    _attr_supported_features = conversation.ConversationEntityFeature.CONTROL
 
     def __init__(self, entry: HiveMindChatConfigEntry) -> None:
         self.entry = entry
         self.hub = hub_name(entry.data)
         self._attr_unique_id = entry.entry_id
+        # an OVOS hub's skills usually control things themselves (without CONTROL, HA tells
+        # users "this assistant cannot control your home"); an option turns it off
+        if entry.options.get(CONF_HOME_CONTROL, True):
+            self._attr_supported_features = conversation.ConversationEntityFeature.CONTROL
         self._attr_device_info = DeviceInfo(
             identifiers={(DOMAIN, entry.entry_id)}, name=entry.title,
             manufacturer="OpenVoiceOS", model="HiveMind hub",
@@ -101,21 +102,11 @@ class HiveMindConversationEntity(conversation.ConversationEntity,
         session_id, site_id = session_for(
             self.entry.entry_id, chat_log.conversation_id, user_input.device_id,
             user_input.satellite_id, bool(options.get(CONF_PER_DEVICE)))
-        report = TurnReport()
-        turn = None
-        try:
-            turn = await self.entry.runtime_data.abegin(
-                [{"role": "user", "content": user_input.text}], session_id=session_id,
-                lang=options.get(CONF_LANGUAGE) or user_input.language, site_id=site_id)
-            async for _content in chat_log.async_add_delta_content_stream(
-                    self.entity_id, sentence_deltas(turn, report)):
+
+        async def into_chat_log(deltas) -> None:
+            async for _content in chat_log.async_add_delta_content_stream(self.entity_id,
+                                                                          deltas):
                 pass
-        except HiveMindChatError as e:
-            report.error = e
-        except asyncio.CancelledError:    # HA gave up on the turn: stop it at the hub
-            if turn is not None:
-                self.hass.async_add_executor_job(turn.terminate)
-            raise
-        if turn is not None and turn.is_running():
-            await self.hass.async_add_executor_job(turn.terminate)
-        return report
+        return await run_turn(self.entry.runtime_data, user_input.text, session_id=session_id,
+                              lang=options.get(CONF_LANGUAGE) or user_input.language,
+                              site_id=site_id, consume=into_chat_log)

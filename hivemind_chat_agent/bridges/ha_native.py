@@ -7,10 +7,21 @@ streams into HA's chat log, and what a turn that ended means to HA (speech, erro
 Every spoken failure names the hub (host:port) and never quotes the agent's own message,
 which may carry addresses, paths or headers; that goes to HA's log.
 """
+import asyncio
 import hashlib
 import os
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Dict, List, Mapping, Optional, Tuple
+from typing import (
+    Any,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Dict,
+    List,
+    Mapping,
+    Optional,
+    Tuple,
+)
 
 from hivemind_chat_agent.core.outcomes import TurnStatus
 from hivemind_chat_agent.errors import (
@@ -30,6 +41,7 @@ from hivemind_chat_agent.errors import (
 DOMAIN = "hivemind_chat"
 CONF_HOST, CONF_PORT, CONF_KEY, CONF_PASSWORD = "host", "port", "access_key", "password"
 CONF_LANGUAGE, CONF_PER_DEVICE, CONF_TIMEOUT = "language", "per_device", "timeout"
+CONF_HOME_CONTROL = "home_control"
 DEFAULT_PORT, DEFAULT_TIMEOUT = 5678, 30.0
 SEPARATOR = "\n"    # between sentences in the chat log (HA's own between several answers)
 # HA's IntentResponseErrorCode values (homeassistant/helpers/intent.py)
@@ -125,6 +137,39 @@ async def sentence_deltas(turn: Any, report: TurnReport) -> AsyncIterator[Dict[s
     report.asked = bool(turn.expect_response)
 
 
+Deltas = AsyncIterator[Dict[str, str]]
+
+
+async def drain(deltas: Deltas) -> None:
+    """A `consume` for run_turn that only reads the deltas (the ask action)."""
+    async for _delta in deltas:
+        pass
+
+
+async def run_turn(agent: Any, text: str, *, session_id: str, lang: Optional[str],
+                   site_id: Optional[str],
+                   consume: Callable[[Deltas], Awaitable[Any]] = drain) -> TurnReport:
+    """One turn of `agent` (a HiveMindChatAgent) through its asyncio API; `consume` reads its
+    deltas (sentence_deltas: the entity streams them into HA's chat log). Never raises the
+    agent's typed errors: they end up in the report. A turn still running when it returns,
+    or cancelled by the caller (HA gave up), is terminated at the hub, off the event loop."""
+    report = TurnReport()
+    turn = None
+    try:
+        turn = await agent.abegin([{"role": "user", "content": text}], session_id=session_id,
+                                  lang=lang, site_id=site_id)
+        await consume(sentence_deltas(turn, report))
+    except HiveMindChatError as e:
+        report.error = e
+    except asyncio.CancelledError:
+        if turn is not None:
+            asyncio.get_running_loop().run_in_executor(None, turn.terminate)
+        raise
+    if turn is not None and turn.is_running():
+        await asyncio.get_running_loop().run_in_executor(None, turn.terminate)
+    return report
+
+
 @dataclass(frozen=True)
 class Answer:
     """A turn's end as HA takes it: `speech` to say, `error_code` (an IntentResponseErrorCode
@@ -166,4 +211,4 @@ def failure_answer(e: HiveMindChatError, hub: str) -> Answer:
 
 
 __all__ = ["DOMAIN", "agent_config", "hub_name", "flow_error", "session_for", "TurnReport",
-           "sentence_deltas", "Answer", "answer_for", "failure_answer"]
+           "sentence_deltas", "run_turn", "drain", "Answer", "answer_for", "failure_answer"]
