@@ -4,14 +4,17 @@ One config entry is one hub (host, port, access key, password). Setting it up cr
 entry's `HiveMindChatAgent` (entry.runtime_data) and connects it; a hub that is down (or
 refuses the key) at that moment is logged, and the agent connects at the next turn, whose
 answer until then says the hub is out of reach. Unloading shuts the agent down: every
-connection and thread of it ends. The logic worth testing without Home Assistant is in
-hivemind_chat_agent.bridges.ha_native; this is the glue.
+connection and thread of it ends. The `hivemind_chat.ask` action is services.py's. The logic
+worth testing without Home Assistant is in hivemind_chat_agent.bridges.ha_native; this is
+the glue.
 """
 import logging
 
 from homeassistant.config_entries import ConfigEntry
 from homeassistant.const import Platform
 from homeassistant.core import HomeAssistant
+from homeassistant.helpers import config_validation as cv
+from homeassistant.helpers.typing import ConfigType
 
 from hivemind_chat_agent import HiveMindChatAgent
 from hivemind_chat_agent.bridges.ha_native import DOMAIN, agent_config, hub_name
@@ -19,6 +22,7 @@ from hivemind_chat_agent.errors import HiveMindChatError
 
 LOG = logging.getLogger(__name__)
 PLATFORMS = [Platform.CONVERSATION]
+CONFIG_SCHEMA = cv.config_entry_only_config_schema(DOMAIN)
 
 HiveMindChatConfigEntry = ConfigEntry  # entry.runtime_data: its HiveMindChatAgent
 
@@ -27,6 +31,13 @@ def storage_dir(hass: HomeAssistant, data) -> str:
     """Where the hub's Noise pin and the sessions are kept (under HA's .storage): one folder
     per hub address, shared by the config flow and the entry, so a changed hub key shows."""
     return hass.config.path(".storage", DOMAIN, hub_name(data).replace(":", "_"))
+
+
+async def async_setup(hass: HomeAssistant, config: ConfigType) -> bool:
+    """The `hivemind_chat.ask` action (services.py), once for every entry."""
+    from .services import async_setup_services
+    async_setup_services(hass)
+    return True
 
 
 async def async_setup_entry(hass: HomeAssistant, entry: HiveMindChatConfigEntry) -> bool:
