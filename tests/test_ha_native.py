@@ -15,6 +15,7 @@ from hivemind_chat_agent.bridges.ha_native import (
     failure_answer,
     flow_error,
     hub_name,
+    needs_reauth,
     run_turn,
     sentence_deltas,
     session_for,
@@ -221,3 +222,9 @@ def test_a_turn_the_caller_gives_up_on_is_terminated():
         await asyncio.sleep(0.05)     # the terminate runs off the loop
     asyncio.run(main())
     assert turn.terminated
+
+
+def test_reauth_only_when_new_credentials_can_help():
+    assert needs_reauth(WrongPasswordError("x")) and needs_reauth(AccessKeyRejectedError("x"))
+    assert not needs_reauth(HubKeyChangedError("x"))        # another hub: not a password
+    assert not needs_reauth(HubUnreachableError("x")) and not needs_reauth(None)

@@ -2,10 +2,12 @@
 
 A refused key or password shows `invalid_auth`, nothing answering `cannot_connect`, a hub
 whose Noise key (or TLS certificate) is not the one pinned for that address
-`hub_key_changed`; strings.json says each in words. The options (language, one conversation
+`hub_key_changed`; strings.json says each in words. A hub that refuses the key later starts
+the reauth step (new key and password for the same hub). The options (language, one conversation
 per device, timeout) reload the entry when changed.
 """
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import probatio
@@ -45,6 +47,11 @@ USER_SCHEMA = probatio.Schema({
     probatio.Required(CONF_HOST): str,
     probatio.Required(CONF_PORT, default=DEFAULT_PORT): probatio.All(
         probatio.Coerce(int), probatio.Range(min=1, max=65535)),
+    probatio.Required(CONF_KEY): str,
+    probatio.Required(CONF_PASSWORD): str,
+})
+
+REAUTH_SCHEMA = probatio.Schema({
     probatio.Required(CONF_KEY): str,
     probatio.Required(CONF_PASSWORD): str,
 })
@@ -92,6 +99,25 @@ class HiveMindChatConfigFlow(ConfigFlow, domain=DOMAIN):
         schema = self.add_suggested_values_to_schema(
             USER_SCHEMA, {k: v for k, v in (user_input or {}).items() if k != CONF_PASSWORD})
         return self.async_show_form(step_id="user", data_schema=schema, errors=errors)
+
+    async def async_step_reauth(self, entry_data: Mapping[str, Any]) -> ConfigFlowResult:
+        """The hub refused the entry's access key or password (at setup, or at a turn)."""
+        return await self.async_step_reauth_confirm()
+
+    async def async_step_reauth_confirm(self, user_input: dict[str, Any] | None = None
+                                        ) -> ConfigFlowResult:
+        """New access key and password for the same hub, validated by connecting; the entry
+        is updated and reloaded (its old agent shut down)."""
+        entry = self._get_reauth_entry()
+        errors: dict[str, str] = {}
+        if user_input is not None:
+            error = await connect_error(self.hass, {**entry.data, **user_input})
+            if error is None:
+                return self.async_update_reload_and_abort(entry, data_updates=user_input)
+            errors["base"] = error
+        return self.async_show_form(step_id="reauth_confirm", data_schema=REAUTH_SCHEMA,
+                                    errors=errors,
+                                    description_placeholders={"hub": hub_name(entry.data)})
 
     @staticmethod
     @callback

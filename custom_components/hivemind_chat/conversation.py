@@ -7,7 +7,8 @@ streaming TTS starts at the first sentence. `continue_conversation` is true exac
 hub asked a question (TurnStatus.ASKED), so a satellite reopens its microphone. A turn the
 hub did not answer is an intent error response whose speech names the hub; the agent's own
 message goes to HA's log only. A turn HA gives up on (cancelled) is stopped at the hub. The
-entity has the CONTROL feature unless the home_control option is off.
+entity has the CONTROL feature unless the home_control option is off. A hub that refuses the
+entry's key or password starts HA's reauth flow (config_flow.py).
 """
 import logging
 from typing import Literal
@@ -27,6 +28,7 @@ from hivemind_chat_agent.bridges.ha_native import (
     TurnReport,
     answer_for,
     hub_name,
+    needs_reauth,
     run_turn,
     session_for,
 )
@@ -82,6 +84,8 @@ class HiveMindConversationEntity(conversation.ConversationEntity,
         if report.error is not None:
             LOG.warning("a turn on the OVOS hub at %s failed: %s: %s", self.hub,
                         type(report.error).__name__, report.error)
+        if needs_reauth(report.error):     # the hub refuses the key now: ask for new ones
+            self.entry.async_start_reauth(self.hass)
         answer = answer_for(report, self.hub)
         response = intent.IntentResponse(language=user_input.language)
         if answer.error_code is not None:

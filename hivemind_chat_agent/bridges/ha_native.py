@@ -85,6 +85,12 @@ def flow_error(e: BaseException) -> str:
     return "unknown"
 
 
+def needs_reauth(e: Optional[BaseException]) -> bool:
+    """The hub refused the entry's access key or password: HA should ask for new ones
+    (a reauth flow). A changed hub key is no such case: new credentials would not help."""
+    return e is not None and flow_error(e) == "invalid_auth"
+
+
 def context_id(value: Any, limit: int = 64) -> str:
     """An HA id (conversation, device, satellite) as a session id part: at most `limit`
     characters; a longer one is cut and ends with a digest of the whole, so two never merge."""
@@ -210,5 +216,6 @@ def failure_answer(e: HiveMindChatError, hub: str) -> Answer:
     return Answer(f"Sorry, something went wrong on the OVOS hub at {hub}.", FAILED_TO_HANDLE)
 
 
-__all__ = ["DOMAIN", "agent_config", "hub_name", "flow_error", "session_for", "TurnReport",
-           "sentence_deltas", "run_turn", "drain", "Answer", "answer_for", "failure_answer"]
+__all__ = ["DOMAIN", "agent_config", "hub_name", "flow_error", "needs_reauth", "session_for",
+           "TurnReport", "sentence_deltas", "run_turn", "drain", "Answer", "answer_for",
+           "failure_answer"]
