@@ -2,7 +2,8 @@
 on a free port of 127.0.0.1 (the chroot shares the host's network, so it reaches the test
 hubs), with this checkout's custom_components/hivemind_chat copied into its config folder and
 this checkout's package source first on its PYTHONPATH, driven through HA's own REST API
-(onboarding creates the owner and gives the token; config entries flows; conversation/process).
+(onboarding creates the owner and gives the token, and the HTTP settings are confirmed;
+config entries flows; conversation/process; Assist pipeline runs over the websocket API).
 
 Each instance has a folder of its own under the chroot's /tmp (config, HOME, the source), so
 parallel runs never share one; cleanup() removes it.
@@ -93,7 +94,28 @@ class HomeAssistantProcess:
         with urllib.request.urlopen(req, timeout=30) as resp:
             tokens = json.load(resp)
         self.token = tokens["access_token"]
+        self.confirm_http_config()
         return self.token
+
+    def confirm_http_config(self) -> None:
+        """Confirm the HTTP settings of configuration.yaml. HA 2026.11 moves them into its
+        store as a *pending* config on the first start and, unless the user confirms it within
+        5 minutes (http/config/promote), reverts to the stable one (port 8123 on all
+        interfaces) and exits to be restarted: a test module running longer lost its HA."""
+        result = self.ws_call({"type": "http/config/promote"})
+        assert result.get("success"), f"http/config/promote: {result}"
+
+    def ws_call(self, message: Dict[str, Any]) -> Dict[str, Any]:
+        """One command over HA's websocket API: its result message."""
+        ws = self.websocket()
+        try:
+            ws.send(json.dumps({"id": 1, **message}))
+            while True:
+                reply = json.loads(ws.recv())
+                if reply.get("type") == "result":
+                    return reply
+        finally:
+            ws.close()
 
     def request(self, method: str, path: str, body: Any = None, auth: bool = True,
                 timeout: float = 60) -> Tuple[int, Any]:
@@ -203,19 +225,20 @@ class HomeAssistantProcess:
 
     def create_pipeline(self, agent_id: str) -> str:
         """An Assist pipeline (text only) whose conversation agent is `agent_id`: its id."""
-        ws = self.websocket()
-        try:
-            ws.send(json.dumps({"id": 1, "type": "assist_pipeline/pipeline/create",
-                                "conversation_engine": agent_id, "conversation_language": "en",
-                                "language": "en", "name": f"hub {agent_id}",
-                                "stt_engine": None, "stt_language": None, "tts_engine": None,
-                                "tts_language": None, "tts_voice": None,
-                                "wake_word_entity": None, "wake_word_id": None}))
-            result = json.loads(ws.recv())
-            assert result.get("success"), result
-            return result["result"]["id"]
-        finally:
-            ws.close()
+        result = self.ws_call({"type": "assist_pipeline/pipeline/create",
+                               "conversation_engine": agent_id, "conversation_language": "en",
+                               "language": "en", "name": f"hub {agent_id}",
+                               "stt_engine": None, "stt_language": None, "tts_engine": None,
+                               "tts_language": None, "tts_voice": None,
+                               "wake_word_entity": None, "wake_word_id": None})
+        assert result.get("success"), result
+        return result["result"]["id"]
+
+    def flows_in_progress(self) -> List[Dict[str, Any]]:
+        """config_entries/flow/progress: the config flows in progress (reauth among them)."""
+        result = self.ws_call({"type": "config_entries/flow/progress"})
+        assert result.get("success"), result
+        return result["result"]
 
     def websocket(self):
         """An authenticated connection to HA's websocket API (websocket-client)."""

@@ -18,7 +18,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ha_runtime  # noqa: E402
 from ha_process import HomeAssistantProcess, speech  # noqa: E402
-from hubs import HubProcess, free_port  # noqa: E402
+from hubs import HubProcess, argv, free_port  # noqa: E402
 
 pytestmark = pytest.mark.hub
 
@@ -54,11 +54,16 @@ def add_entry(ha, port, creds):
 
 
 @pytest.fixture(scope="module")
-def agent_id(home_assistant, hub, creds):
-    """The conversation entity of the shared hub's entry, made by a successful config flow."""
+def hub_entry(home_assistant, hub, creds):
+    """(entry id, conversation entity) of the shared hub's entry, made by a config flow."""
     entry_id, entity = add_entry(home_assistant, hub.port, creds)
-    yield entity
+    yield entry_id, entity
     home_assistant.request("DELETE", f"/api/config/config_entries/entry/{entry_id}")
+
+
+@pytest.fixture(scope="module")
+def agent_id(hub_entry):
+    return hub_entry[1]
 
 
 def test_pip_check_is_clean_in_home_assistants_environment(ha_root):
@@ -160,6 +165,51 @@ def test_conversations_are_kept_across_a_home_assistant_restart(ha_root, hub):
         ha.cleanup()
 
 
+def ask(ha, **data):
+    return ha.request("POST", "/api/services/hivemind_chat/ask?return_response", data)
+
+
+def test_the_ask_action_answers_automations_in_conversations_of_their_own(home_assistant,
+                                                                         hub_entry):
+    ha, (entry_id, _entity) = home_assistant, hub_entry
+    status, result = ask(ha, config_entry_id=entry_id, text="hello")
+    assert status == 200, result
+    assert result["service_response"] == {"speech": "hello there",
+                                          "continue_conversation": False,
+                                          "conversation_id": "automation", "understood": True}
+    assert ask(ha, config_entry_id=entry_id, text="remember kiwis",
+               conversation_id="auto-1")[0] == 200
+    assert ask(ha, config_entry_id=entry_id, text="recall", conversation_id="auto-1"
+               )[1]["service_response"]["speech"] == "you said kiwis"
+    asked = ask(ha, config_entry_id=entry_id, text="ask", conversation_id="auto-2")[1]
+    assert asked["service_response"]["continue_conversation"] is True
+    assert ask(ha, config_entry_id=entry_id, text="green", conversation_id="auto-2"
+               )[1]["service_response"]["speech"] == "green is a fine colour"
+    status, _ = ask(ha, config_entry_id="no-such-entry", text="hello")
+    assert status == 400
+
+
+def test_the_control_feature_is_on_unless_the_option_turns_it_off(home_assistant, own_hub):
+    ha = home_assistant
+    entry_id, entity = add_entry(ha, own_hub.port, own_hub.add_client())
+    try:
+        control = 1    # ConversationEntityFeature.CONTROL
+        assert ha.request("GET", f"/api/states/{entity}")[1]["attributes"][
+            "supported_features"] == control
+        ha.set_options(entry_id, {"per_device": False, "home_control": False, "timeout": 30})
+        ha.conversation_entity(entry_id)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            status, state = ha.request("GET", f"/api/states/{entity}")
+            if status == 200 and state["attributes"].get("supported_features") == 0:
+                break
+            time.sleep(0.2)
+        assert state["attributes"].get("supported_features") == 0, state
+        assert speech(ha.say(entity, "hello", "control-1")) == "hello there"
+    finally:
+        ha.request("DELETE", f"/api/config/config_entries/entry/{entry_id}")
+
+
 def test_the_sentences_of_an_answer_reach_home_assistant_in_order(home_assistant, agent_id):
     answer = home_assistant.say(agent_id, "count 3", "count-1")
     assert speech(answer) == "sentence 1\nsentence 2\nsentence 3"
@@ -171,7 +221,10 @@ def test_the_first_sentence_reaches_assist_while_the_hub_still_speaks(home_assis
     it, so the first is there a second before the last of "slow 3 1" (a sentence a second)."""
     ha = home_assistant
     pipeline = ha.create_pipeline(agent_id)
-    events = ha.assist_run("slow 3 1", pipeline, "stream-1")
+    # conversation ids of this run's own: HA sends a conversation that ended in a question
+    # to the agent that asked, even from another pipeline (the other generation's entity)
+    run = uuid.uuid4().hex[:8]
+    events = ha.assist_run("slow 3 1", pipeline, f"stream-1-{run}")
     deltas = [(t, e["data"]["chat_log_delta"]) for t, e in events
               if e["type"] == "intent-progress" and "chat_log_delta" in e["data"]]
     contents = [(t, d["content"]) for t, d in deltas if d.get("content")]
@@ -186,7 +239,7 @@ def test_the_first_sentence_reaches_assist_while_the_hub_still_speaks(home_assis
     assert output["response"]["speech"]["plain"]["speech"] == \
         "slow sentence 1\nslow sentence 2\nslow sentence 3"
     # and a question through the pipeline ends the run saying to listen again
-    events = ha.assist_run("ask", pipeline, "stream-2")
+    events = ha.assist_run("ask", pipeline, f"stream-2-{run}")
     output = next(e for _t, e in events if e["type"] == "intent-end")["data"]["intent_output"]
     assert output["continue_conversation"] is True
 
@@ -222,6 +275,54 @@ def test_the_hub_down_is_an_error_naming_it_and_it_answers_again_when_back(
         hub.cleanup()
 
 
+def test_a_key_the_hub_refuses_later_starts_reauth_and_new_credentials_answer(
+        home_assistant, own_hub):
+    ha, hub = home_assistant, own_hub
+    old = hub.add_client()
+    entry_id, entity = add_entry(ha, hub.port, old)
+    assert speech(ha.say(entity, "hello", "reauth-1")) == "hello there"
+    # the operator removes Home Assistant's client and registers a new one
+    proc = subprocess.run([*argv(hub.cli), "delete-client", hub.client_id(old.key)],
+                          env=hub.env, capture_output=True, text=True, timeout=120,
+                          input="y\n")      # 5.x asks to confirm
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    new = hub.add_client()
+    hub.stop()
+    hub.start()           # the open connections end; the next one is refused
+    refused = ha.say(entity, "hello", "reauth-1")
+    assert refused["response"]["response_type"] == "error"
+    assert f"127.0.0.1:{hub.port} refused" in speech(refused)
+    flow = _reauth_flow(ha, entry_id)
+    status, result = ha.request("POST", f"/api/config/config_entries/flow/{flow['flow_id']}",
+                                {"access_key": "wrong", "password": new.password})
+    assert result["errors"] == {"base": "invalid_auth"}, result
+    status, result = ha.request("POST", f"/api/config/config_entries/flow/{flow['flow_id']}",
+                                {"access_key": new.key, "password": new.password})
+    assert (result["type"], result["reason"]) == ("abort", "reauth_successful"), result
+    entity = ha.conversation_entity(entry_id)
+    deadline = time.monotonic() + 30     # the entry reloads with the new credentials
+    while time.monotonic() < deadline:
+        answer = ha.say(entity, "hello", "reauth-2")
+        if speech(answer) == "hello there":
+            break
+        time.sleep(0.3)
+    assert speech(answer) == "hello there", answer
+    ha.request("DELETE", f"/api/config/config_entries/entry/{entry_id}")
+
+
+def _reauth_flow(ha, entry_id, timeout=30):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        flows = ha.flows_in_progress()
+        for flow in flows:
+            context = flow.get("context", {})
+            if flow.get("handler") == "hivemind_chat" and context.get("source") == "reauth" \
+                    and context.get("entry_id") == entry_id:
+                return flow
+        time.sleep(0.2)
+    raise AssertionError(f"no reauth flow for the entry: {flows}")
+
+
 def test_a_hub_with_another_noise_key_at_a_known_address_is_hub_key_changed(
         home_assistant, generation):
     """5.x hubs have a Noise static key, pinned at the first connection to an address."""
@@ -245,3 +346,29 @@ def test_a_hub_with_another_noise_key_at_a_known_address_is_hub_key_changed(
         assert result["errors"] == {"base": "hub_key_changed"}, result
     finally:
         second.cleanup()
+
+
+def test_a_genuine_ovos_skills_question_reopens_the_microphone(home_assistant, generation):
+    """ovos-core with real skills behind the stock agent plugin (tests/ovos_hub.py): the
+    alerts skill's "set an alarm" asks for the time with get_response, HA's answer says
+    continue_conversation, and the next utterance of the conversation sets the alarm while
+    another conversation greets in between."""
+    from ovos_hub import OVOSHub
+    ha = home_assistant
+    ovos = OVOSHub(generation=generation).start()
+    try:
+        entry_id, entity = add_entry(ha, ovos.port, ovos.add_client())
+        ha.set_options(entry_id, {"per_device": False, "timeout": 60})  # ovos-core's cold start
+        entity = ha.conversation_entity(entry_id)
+        hello = ha.say(entity, "hello world", "ovos-greet", timeout=120)
+        assert speech(hello) == "Hello world" and hello["continue_conversation"] is False
+        question = ha.say(entity, "set an alarm", "ovos-alarm", timeout=120)
+        assert "time" in speech(question).lower(), question
+        assert question["continue_conversation"] is True
+        assert speech(ha.say(entity, "hello world", "ovos-other")) == "Hello world"
+        answer = ha.say(entity, "in five hours", "ovos-alarm", timeout=120)
+        assert "alarm is set for" in speech(answer).lower(), answer
+        assert answer["continue_conversation"] is False
+        ha.request("DELETE", f"/api/config/config_entries/entry/{entry_id}")
+    finally:
+        ovos.cleanup()
