@@ -19,7 +19,8 @@ system's): Python 3.14's pip verifies certificates strictly (VERIFY_X509_STRICT)
 TLS-inspecting proxy's CA may fail. uv itself comes from the host's pip (`pip download`).
 Needs root (chroot), debootstrap and Debian's package mirror (HIVEMIND_CHAT_DEBIAN_MIRROR).
 
-    python tests/ha_runtime.py     builds the runtime (if needed), prints its path and time
+    python tests/ha_runtime.py     builds the runtime (if needed), prints its path and time;
+                                   where it cannot be built (not root ...) says why, exits 0
 
 HIVEMIND_CHAT_HA_ROOT names a ready chroot to use instead of the cached one.
 """
@@ -168,9 +169,10 @@ def main() -> int:
     started = time.monotonic()
     try:
         root = ensure_runtime()
-    except RuntimeUnavailable as e:
-        print(f"no Home Assistant runtime on this machine: {e}", file=sys.stderr)
-        return 1
+    except RuntimeUnavailable as e:      # not an error: the tests that need it skip
+        print(f"no Home Assistant runtime on this machine ({e}); its tests will skip",
+              file=sys.stderr)
+        return 0
     print(f"home-assistant\t{root}\t({time.monotonic() - started:.1f} s)", flush=True)
     return 0
 
