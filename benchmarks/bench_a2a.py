@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 
 from hubs import HubProcess, free_port, wait_listening  # noqa: E402
 from ovos_utils.log import LOG  # noqa: E402
-from report import Table, ms  # noqa: E402
+from report import Table, cpu_seconds, ms  # noqa: E402
 
 LOG.set_level("ERROR")
 
@@ -93,13 +93,6 @@ async def many_at_once(port: int, n: int = 50):
         started = time.perf_counter()
         await say("recall", "many-0")
         return wall, time.perf_counter() - started, answers
-
-
-def cpu_seconds(pid: int) -> float:
-    """User and system CPU time of process `pid` so far (/proc/PID/stat)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def serve_a2a(creds, port: int) -> subprocess.Popen:

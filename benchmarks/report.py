@@ -1,4 +1,6 @@
-"""The table the benchmark scripts print: one row per measure, beside its same-run baseline."""
+"""The table the benchmark scripts print: one row per measure, beside its same-run baseline; and
+the CPU time a process spent, which a loaded machine moves far less than its latencies."""
+import os
 
 
 class Table:
@@ -19,3 +21,10 @@ class Table:
 
 def ms(seconds) -> str:
     return f"{seconds * 1000:.1f} ms"
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time of process `pid` so far (/proc/PID/stat)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

@@ -23,6 +23,8 @@ venv, an unchanged one is reused, and nothing depends on the cache being there.
                  the hub of tests/test_mqtt_real.py, running this checkout's hub plugin
     http-hub-5   hivemind-core 5.3.10a1 with hivemind-http-protocol 0.0.20a2 beside the websocket:
                  the hub of tests/test_http_transport.py (tests/http_hub.py), our hub plugin
+    redis-db-hub-5  hivemind-core 5.3.10a1 with hivemind-redis-database 0.1.1a8: replicas sharing
+                 one client database (tests/test_shared_client_db.py), our hub plugin
     opm3-client  ovos-plugin-manager 3.1.0a1 and the client's dependencies, no ovos-core and no
                  hub (hivemind-core 5.x caps the plugin layer below 3): tests/test_installs.py
                  installs the client there (requirements-opm3-client.txt)
@@ -36,8 +38,8 @@ cached venv serves any number of checkouts, at the same time too.
     python tests/hub_venvs.py [NAME ...]   builds the venvs (all by default), prints their paths
 
 HIVEMIND_CHAT_VENV_<NAME> (HUB_4_0, OVOS_HUB, OVOS_HUB_5, A2A_PERSONA, A2A_HUB_5, MQTT_HUB_5,
-HTTP_HUB_5, OPM3_CLIENT ...; and, as before, HIVEMIND_CHAT_OVOS_VENV) name a ready venv to use
-instead of the cached one.
+HTTP_HUB_5, REDIS_DB_HUB_5, OPM3_CLIENT ...; and, as before, HIVEMIND_CHAT_OVOS_VENV) name a
+ready venv to use instead of the cached one.
 """
 import configparser
 import fcntl
@@ -67,6 +69,7 @@ VENVS = {
     "mqtt-hub-5": "requirements-mqtt-hub-5.txt",
     "http-hub-5": "requirements-http-hub-5.txt",
     "opm3-client": "requirements-opm3-client.txt",
+    "redis-db-hub-5": "requirements-redis-db-hub-5.txt",
 }
 # complete pinned sets that contradict a package's declared bounds on purpose
 NO_DEPS = {"hub-4.0-noise"}

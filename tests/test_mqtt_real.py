@@ -299,6 +299,31 @@ def test_the_command_line_takes_the_same_host(mqtt_hub, tmp_path):
         (proc.stdout, proc.stderr[-2000:])
 
 
+def test_a_front_takes_the_same_host(mqtt_hub, tmp_path):
+    """`hivemind-chat openai` (every front shares the CLI's hub options) over MQTT, asked by
+    the `openai` client."""
+    import openai
+    from fronts import front_command, reap
+    from hubs import free_port, wait_listening
+    config, port = mqtt_hub.client(), free_port()
+    proc = front_command(
+        "openai", "--uri", f"http://127.0.0.1:{port}", "--host", config["host"],
+        "--topic-prefix", PREFIX, "--key", config["key"], "--password-file",
+        str(_write(tmp_path / "pw", config["password"])), "--no-store",
+        env={**os.environ, "XDG_DATA_HOME": str(tmp_path / "data"),
+             "XDG_CONFIG_HOME": str(tmp_path / "config")})
+    try:
+        wait_listening(port, 30, proc=proc, what="hivemind-chat openai")
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="-",
+                               max_retries=0)
+        reply = client.chat.completions.create(
+            model="hub", messages=[{"role": "user", "content": "hello"}])
+        assert reply.choices[0].message.content == "hello there"
+    finally:
+        proc.terminate()
+        reap(proc)
+
+
 def _write(path, text):
     path.write_text(text + "\n")
     return path

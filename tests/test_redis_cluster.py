@@ -224,3 +224,18 @@ def test_a_conversation_through_the_plugin_survives_its_primarys_failover(replic
               f"after the kill, {failed} turns store_unavailable meanwhile")
     finally:
         second.close()
+
+
+def test_the_store_is_not_ready_while_the_cluster_serves_no_longer_every_slot(tmp_path):
+    """/readyz reads `ping`: with a primary gone and no replica to promote, every turn of its
+    slots fails, while a PING to any other node still succeeds; `cluster_state` says so."""
+    cluster = RedisClusterSet(str(tmp_path / "cluster"), masters=3).start()
+    store = RedisStore(cluster.url, history_turns=10, history_bytes=32768, session_ttl=600)
+    try:
+        assert store.ping()
+        cluster.nodes[-1].kill()
+        assert wait_until(lambda: not store.ping(), FAILOVER_BOUND)
+        assert not store.ping()
+    finally:
+        store.close()
+        cluster.stop()

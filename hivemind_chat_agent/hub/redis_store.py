@@ -81,7 +81,7 @@ class RedisStore:
                  max_turn_records_per_client: int = MAX_TURN_RECORDS_PER_CLIENT,
                  durable: bool = False):
         self._where = shown_url(url)
-        cluster = is_cluster(url)
+        cluster = self._cluster = is_cluster(url)
         self._redis = redis_client(
             url, socket_timeout=REDIS_TIMEOUT, socket_connect_timeout=REDIS_TIMEOUT,
             health_check_interval=30, decode_responses=True)
@@ -255,10 +255,14 @@ class RedisStore:
         return self._secret
 
     def ping(self) -> bool:
-        """A PING within PING_TIMEOUT (connect and reply); False when Redis does not answer
-        (on a cluster, the node redis-py sends keyless commands to)."""
+        """A PING within PING_TIMEOUT (connect and reply); False when Redis does not answer.
+        On a cluster, the node redis-py sends keyless commands to must say `cluster_state:ok`
+        (every slot served): a PING alone succeeds on a live node of a cluster that has lost
+        a primary, while every turn of that primary's slots fails."""
         with self._ping_lock:
             try:
+                if self._cluster:
+                    return self._pinger.cluster_info().get("cluster_state") == "ok"
                 return bool(self._pinger.ping())
             except STORE_ERRORS:
                 return False

@@ -1,0 +1,101 @@
+"""What the hub plugin's metrics cost (issue 27: hub CPU per turn with metrics on <= 1.03x metrics
+off). Four genuine 5.x hubs run at once, the same plugin and engine (tests/engines.py's
+ScriptEngine): two with `health` on, each scraped every second as Prometheus would, two
+without; turns go to them in turn (one agent each, the order rotating), so all see the same
+machine. The figure is the hubs' CPU time per turn (/proc), which the machine's other work
+moves far less than latencies: the two "on" hubs' against the two "off" hubs'. Two hubs of a
+kind measure the noise between processes doing the same (printed beside the ratio: a ratio
+within it says nothing); the turn latencies are printed, not graded.
+
+    python benchmarks/bench_metrics.py [--turns 2000] [--scrape-every 1.0]
+"""
+import argparse
+import http.client
+import os
+import statistics
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))
+sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+
+from hubs import HubProcess, free_port, plugin_config  # noqa: E402
+from ovos_utils.log import LOG  # noqa: E402
+from report import Table, cpu_seconds, ms  # noqa: E402
+
+from hivemind_chat_agent import HiveMindChatAgent  # noqa: E402
+
+LOG.set_level("ERROR")
+TABLE = Table((46, 14, 34, 16))
+
+
+def scraping(port: int, stop: threading.Event, every: float) -> threading.Thread:
+    """GET /metrics every `every` s until `stop`, as a Prometheus server scrapes."""
+    def scrape():
+        while not stop.wait(every):
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            try:
+                conn.request("GET", "/metrics")
+                conn.getresponse().read()
+            except OSError:
+                pass
+            finally:
+                conn.close()
+    thread = threading.Thread(target=scrape, daemon=True)
+    thread.start()
+    return thread
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--turns", type=int, default=2000)
+    parser.add_argument("--scrape-every", type=float, default=1.0,
+                        help="seconds between scrapes of each 'on' hub (0: none)")
+    args = parser.parse_args()
+    ports = {name: free_port() for name in ("on-a", "on-b")}
+    hubs = {name: HubProcess(plugin_config(**({"health": f"127.0.0.1:{ports[name]}"}
+                                              if name in ports else {}))).start()
+            for name in ("on-a", "on-b", "off-a", "off-b")}
+    agents, stop = {}, threading.Event()
+    try:
+        agents = {name: HiveMindChatAgent(hub.add_client().agent_config(timeout=30))
+                  for name, hub in hubs.items()}
+        for _ in range(50):                        # connections open, every path warm
+            for agent in agents.values():
+                agent.get_response("hello", session_id="warm")
+        for port in ports.values() if args.scrape_every > 0 else ():
+            scraping(port, stop, args.scrape_every)
+        names = list(hubs)
+        times = {name: [] for name in hubs}
+        cpu = {name: cpu_seconds(hub.proc.pid) for name, hub in hubs.items()}
+        for i in range(args.turns):
+            for name in names[i % 4:] + names[:i % 4]:
+                started = time.perf_counter()
+                agents[name].get_response(f"echo {i}", session_id=f"s{i % 16}")
+                times[name].append(time.perf_counter() - started)
+        used = {name: (cpu_seconds(hub.proc.pid) - cpu[name]) / args.turns
+                for name, hub in hubs.items()}
+        on, off = (used["on-a"] + used["on-b"]) / 2, (used["off-a"] + used["off-b"]) / 2
+        noise = max(used["on-a"] / used["on-b"], used["on-b"] / used["on-a"],
+                    used["off-a"] / used["off-b"], used["off-b"] / used["off-a"])
+        TABLE.header()
+        TABLE.row(f"hub CPU per turn, metrics on ({args.turns} turns)", ms(on),
+                  f"metrics off {ms(off)}", "<= 1.03x", on <= 1.03 * off)
+        latency = {kind: statistics.median(times[f"{kind}-a"] + times[f"{kind}-b"])
+                   for kind in ("on", "off")}
+        print(TABLE._line("  turn latency, median", ms(latency["on"]),
+                          f"off {ms(latency['off'])}, load {os.getloadavg()[0]:.1f}",
+                          "(not graded)", "-"))
+        print(f"ratio {on / off:.3f}x; between two hubs of a kind up to {noise:.3f}x")
+    finally:
+        stop.set()
+        for agent in agents.values():
+            agent.shutdown()
+        for hub in hubs.values():
+            hub.cleanup()
+
+
+if __name__ == "__main__":
+    main()
