@@ -223,6 +223,11 @@ class HomeAssistantProcess:
         finally:
             ws.close()
 
+    def listen(self, event_type: str) -> "EventListener":
+        """Subscribe to `event_type` on HA's bus (websocket subscribe_events), as an
+        automation's event trigger listens: the events come into the listener's list."""
+        return EventListener(self.websocket(), event_type)
+
     def create_pipeline(self, agent_id: str) -> str:
         """An Assist pipeline (text only) whose conversation agent is `agent_id`: its id."""
         result = self.ws_call({"type": "assist_pipeline/pipeline/create",
@@ -270,6 +275,34 @@ class HomeAssistantProcess:
     def cleanup(self) -> None:
         self.stop()
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+class EventListener:
+    """The events of one type, read on a thread of their own off a websocket subscription;
+    close() ends it."""
+
+    def __init__(self, ws, event_type: str):
+        import threading
+        self.ws, self.events = ws, []    # each event's dict (event_type, data, ...)
+        ws.send(json.dumps({"id": 1, "type": "subscribe_events", "event_type": event_type}))
+        reply = json.loads(ws.recv())
+        assert reply.get("success"), reply
+        ws.settimeout(None)       # events may be minutes apart
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        try:
+            while True:
+                message = json.loads(self.ws.recv())
+                if message.get("type") == "event":
+                    self.events.append(message["event"])
+        except Exception:    # closed
+            return
+
+    def close(self) -> None:
+        self.ws.close()
+        self.thread.join(10)
 
 
 def speech(answer: Dict[str, Any]) -> str:
