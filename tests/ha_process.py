@@ -223,6 +223,35 @@ class HomeAssistantProcess:
         finally:
             ws.close()
 
+    def assist_run_cancelled(self, text: str, pipeline_id: str, conversation_id: str,
+                             after_deltas: int = 2, timeout: float = 60) -> float:
+        """Run an Assist pipeline (intent stage) and, once `after_deltas` chat-log deltas
+        arrived, unsubscribe from it as a websocket client that gives up does (HA cancels the
+        run's task: assist_pipeline/websocket_api.py). The time.monotonic() of the cancel."""
+        ws = self.websocket()
+        try:
+            ws.send(json.dumps({"id": 1, "type": "assist_pipeline/run",
+                                "start_stage": "intent", "end_stage": "intent",
+                                "input": {"text": text}, "pipeline": pipeline_id,
+                                "conversation_id": conversation_id}))
+            deltas, deadline = 0, time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                message = json.loads(ws.recv())
+                event = message.get("event") or {}
+                if event.get("type") == "run-end":
+                    raise AssertionError("the run ended before it was cancelled")
+                if event.get("type") == "intent-progress" and \
+                        (event["data"].get("chat_log_delta") or {}).get("content"):
+                    deltas += 1
+                    if deltas >= after_deltas:
+                        cancelled = time.monotonic()
+                        ws.send(json.dumps({"id": 2, "type": "unsubscribe_events",
+                                            "subscription": 1}))
+                        return cancelled
+            raise AssertionError(f"{after_deltas} deltas did not come in {timeout} s")
+        finally:
+            ws.close()
+
     def listen(self, event_type: str) -> "EventListener":
         """Subscribe to `event_type` on HA's bus (websocket subscribe_events), as an
         automation's event trigger listens: the events come into the listener's list."""
