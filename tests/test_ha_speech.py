@@ -103,3 +103,21 @@ def test_a_hub_that_cannot_be_subscribed_now_is_tried_at_the_next_turn(error):
 def test_the_bound_is_at_least_one():
     with pytest.raises(ValueError):
         SpeechWatch(FakeAgent(), lambda data: None, limit=0)
+
+
+def test_two_watches_of_one_session_at_once_keep_one_subscription():
+    """Two turns of a new session subscribe at once (off the loop, not waited for): the one
+    that finishes second closes its own subscription."""
+    agent = FakeAgent()
+    watch = SpeechWatch(agent, lambda data: None)
+    subscribe = agent.subscribe
+
+    def twin_first(session_id, callback=None):
+        agent.subscribe = subscribe
+        assert watch.watch(session_id) is True      # the twin, finishing first
+        return subscribe(session_id, callback)
+    agent.subscribe = twin_first
+    watch.remember("s1", context(1))
+    assert watch.watch("s1") is True
+    assert len(agent.subs) == 2 and len(agent.open_for("s1")) == 1
+    assert watch.watched() == ["s1"]
