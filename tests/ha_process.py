@@ -34,6 +34,7 @@ class HomeAssistantProcess:
         self.base = f"http://127.0.0.1:{self.port}"
         self.hass_args = list(hass_args)
         self.token: Optional[str] = None
+        self.tokens: Dict[str, Any] = {}
         self.proc: Optional[subprocess.Popen] = None
         self.started_in: Optional[float] = None    # seconds the last start took
         config = os.path.join(self.folder, "config")
@@ -94,6 +95,7 @@ class HomeAssistantProcess:
         with urllib.request.urlopen(req, timeout=30) as resp:
             tokens = json.load(resp)
         self.token = tokens["access_token"]
+        self.tokens = tokens       # the frontend takes them whole (tests/ha_screenshots.py)
         self.confirm_http_config()
         return self.token
 
