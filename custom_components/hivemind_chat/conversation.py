@@ -123,21 +123,26 @@ class HiveMindConversationEntity(conversation.ConversationEntity,
             self.entry.entry_id, chat_log.conversation_id, user_input.device_id,
             user_input.satellite_id, per_device)
         lang = options.get(CONF_LANGUAGE) or user_input.language
-        self._watch_speech(session_id, user_input, chat_log.conversation_id, lang,
-                           lasting=per_device and site_id != "home-assistant")
 
         async def into_chat_log(deltas) -> None:
             async for _content in chat_log.async_add_delta_content_stream(self.entity_id,
                                                                           deltas):
                 pass
-        return await run_turn(self.entry.runtime_data, user_input.text, session_id=session_id,
-                              lang=lang, site_id=site_id, consume=into_chat_log)
+        report = await run_turn(self.entry.runtime_data, user_input.text,
+                                session_id=session_id, lang=lang, site_id=site_id,
+                                consume=into_chat_log)
+        if report.error is None:     # the session's connection is up: subscribing is quick
+            self._watch_speech(session_id, user_input, chat_log.conversation_id, lang,
+                               lasting=per_device and site_id != "home-assistant")
+        return report
 
     @callback
     def _watch_speech(self, session_id: str, user_input: conversation.ConversationInput,
                       conversation_id: str, lang: str, lasting: bool) -> None:
         """Watch the session's speech between turns (subscribing off the loop, not waited
-        for); unless it is a device's (`lasting`), until HA forgets the conversation."""
+        for); unless it is a device's (`lasting`), until HA forgets the conversation. Called
+        after a turn that went well: beside a turn, the subscription would wait for its
+        session, and a hub that is down would be tried twice per turn."""
         if self._speech is None:
             return
         context = {"config_entry_id": self.entry.entry_id, "entity_id": self.entity_id,
