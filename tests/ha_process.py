@@ -34,6 +34,7 @@ class HomeAssistantProcess:
         self.base = f"http://127.0.0.1:{self.port}"
         self.hass_args = list(hass_args)
         self.token: Optional[str] = None
+        self.tokens: Dict[str, Any] = {}
         self.proc: Optional[subprocess.Popen] = None
         self.started_in: Optional[float] = None    # seconds the last start took
         config = os.path.join(self.folder, "config")
@@ -94,6 +95,7 @@ class HomeAssistantProcess:
         with urllib.request.urlopen(req, timeout=30) as resp:
             tokens = json.load(resp)
         self.token = tokens["access_token"]
+        self.tokens = tokens       # the frontend takes them whole (tests/ha_screenshots.py)
         self.confirm_http_config()
         return self.token
 
@@ -223,6 +225,40 @@ class HomeAssistantProcess:
         finally:
             ws.close()
 
+    def assist_run_cancelled(self, text: str, pipeline_id: str, conversation_id: str,
+                             after_deltas: int = 2, timeout: float = 60) -> float:
+        """Run an Assist pipeline (intent stage) and, once `after_deltas` chat-log deltas
+        arrived, unsubscribe from it as a websocket client that gives up does (HA cancels the
+        run's task: assist_pipeline/websocket_api.py). The time.monotonic() of the cancel."""
+        ws = self.websocket()
+        try:
+            ws.send(json.dumps({"id": 1, "type": "assist_pipeline/run",
+                                "start_stage": "intent", "end_stage": "intent",
+                                "input": {"text": text}, "pipeline": pipeline_id,
+                                "conversation_id": conversation_id}))
+            deltas, deadline = 0, time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                message = json.loads(ws.recv())
+                event = message.get("event") or {}
+                if event.get("type") == "run-end":
+                    raise AssertionError("the run ended before it was cancelled")
+                if event.get("type") == "intent-progress" and \
+                        (event["data"].get("chat_log_delta") or {}).get("content"):
+                    deltas += 1
+                    if deltas >= after_deltas:
+                        cancelled = time.monotonic()
+                        ws.send(json.dumps({"id": 2, "type": "unsubscribe_events",
+                                            "subscription": 1}))
+                        return cancelled
+            raise AssertionError(f"{after_deltas} deltas did not come in {timeout} s")
+        finally:
+            ws.close()
+
+    def listen(self, event_type: str) -> "EventListener":
+        """Subscribe to `event_type` on HA's bus (websocket subscribe_events), as an
+        automation's event trigger listens: the events come into the listener's list."""
+        return EventListener(self.websocket(), event_type)
+
     def create_pipeline(self, agent_id: str) -> str:
         """An Assist pipeline (text only) whose conversation agent is `agent_id`: its id."""
         result = self.ws_call({"type": "assist_pipeline/pipeline/create",
@@ -270,6 +306,34 @@ class HomeAssistantProcess:
     def cleanup(self) -> None:
         self.stop()
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+class EventListener:
+    """The events of one type, read on a thread of their own off a websocket subscription;
+    close() ends it."""
+
+    def __init__(self, ws, event_type: str):
+        import threading
+        self.ws, self.events = ws, []    # each event's dict (event_type, data, ...)
+        ws.send(json.dumps({"id": 1, "type": "subscribe_events", "event_type": event_type}))
+        reply = json.loads(ws.recv())
+        assert reply.get("success"), reply
+        ws.settimeout(None)       # events may be minutes apart
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        try:
+            while True:
+                message = json.loads(self.ws.recv())
+                if message.get("type") == "event":
+                    self.events.append(message["event"])
+        except Exception:    # closed
+            return
+
+    def close(self) -> None:
+        self.ws.close()
+        self.thread.join(10)
 
 
 def speech(answer: Dict[str, Any]) -> str:

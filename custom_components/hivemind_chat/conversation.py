@@ -9,14 +9,19 @@ hub did not answer is an intent error response whose speech names the hub; the a
 message goes to HA's log only. A turn HA gives up on (cancelled) is stopped at the hub. The
 entity has the CONTROL feature unless the home_control option is off. A hub that refuses the
 entry's key or password starts HA's reauth flow (config_flow.py).
+
+What the hub says to a session the entity used when no turn of it runs (an alarm, a
+reminder) is fired on HA's bus as a `hivemind_chat_speech` event, a sentence each
+(bridges/ha_speech.py: which sessions, how many, when they are released).
 """
 import logging
-from typing import Literal
+from functools import partial
+from typing import Any, Dict, Literal
 
 from homeassistant.components import conversation
 from homeassistant.const import MATCH_ALL
-from homeassistant.core import HomeAssistant
-from homeassistant.helpers import intent
+from homeassistant.core import HomeAssistant, callback
+from homeassistant.helpers import chat_session, intent
 from homeassistant.helpers.device_registry import DeviceEntryType, DeviceInfo
 from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
 
@@ -32,6 +37,7 @@ from hivemind_chat_agent.bridges.ha_native import (
     run_turn,
     session_for,
 )
+from hivemind_chat_agent.bridges.ha_speech import EVENT_SPEECH, SpeechWatch
 
 from . import HiveMindChatConfigEntry
 
@@ -63,6 +69,8 @@ class HiveMindConversationEntity(conversation.ConversationEntity,
             identifiers={(DOMAIN, entry.entry_id)}, name=entry.title,
             manufacturer="OpenVoiceOS", model="HiveMind hub",
             entry_type=DeviceEntryType.SERVICE)
+        self._speech: SpeechWatch | None = None
+        self._forgettable: set[str] = set()   # conversations whose forgetting releases a watch
 
     @property
     def supported_languages(self) -> list[str] | Literal["*"]:
@@ -70,11 +78,18 @@ class HiveMindConversationEntity(conversation.ConversationEntity,
 
     async def async_added_to_hass(self) -> None:
         await super().async_added_to_hass()
+        self._speech = SpeechWatch(self.entry.runtime_data, self._fire_speech)
         conversation.async_set_agent(self.hass, self.entry, self)
 
     async def async_will_remove_from_hass(self) -> None:
         conversation.async_unset_agent(self.hass, self.entry)
+        if self._speech is not None:    # no more events: every subscription is closed
+            await self.hass.async_add_executor_job(self._speech.close)
         await super().async_will_remove_from_hass()
+
+    def _fire_speech(self, data: Dict[str, Any]) -> None:
+        """A sentence between turns (a subscription's thread: bus.fire is thread-safe)."""
+        self.hass.bus.fire(EVENT_SPEECH, data)
 
     async def _async_handle_message(self, user_input: conversation.ConversationInput,
                                     chat_log: conversation.ChatLog
@@ -103,14 +118,47 @@ class HiveMindConversationEntity(conversation.ConversationEntity,
     async def _run_turn(self, user_input: conversation.ConversationInput,
                         chat_log: conversation.ChatLog) -> TurnReport:
         options = self.entry.options
+        per_device = bool(options.get(CONF_PER_DEVICE))
         session_id, site_id = session_for(
             self.entry.entry_id, chat_log.conversation_id, user_input.device_id,
-            user_input.satellite_id, bool(options.get(CONF_PER_DEVICE)))
+            user_input.satellite_id, per_device)
+        lang = options.get(CONF_LANGUAGE) or user_input.language
 
         async def into_chat_log(deltas) -> None:
             async for _content in chat_log.async_add_delta_content_stream(self.entity_id,
                                                                           deltas):
                 pass
-        return await run_turn(self.entry.runtime_data, user_input.text, session_id=session_id,
-                              lang=options.get(CONF_LANGUAGE) or user_input.language,
-                              site_id=site_id, consume=into_chat_log)
+        report = await run_turn(self.entry.runtime_data, user_input.text,
+                                session_id=session_id, lang=lang, site_id=site_id,
+                                consume=into_chat_log)
+        if report.error is None:     # the session's connection is up: subscribing is quick
+            self._watch_speech(session_id, user_input, chat_log.conversation_id, lang,
+                               lasting=per_device and site_id != "home-assistant")
+        return report
+
+    @callback
+    def _watch_speech(self, session_id: str, user_input: conversation.ConversationInput,
+                      conversation_id: str, lang: str, lasting: bool) -> None:
+        """Watch the session's speech between turns (subscribing off the loop, not waited
+        for); unless it is a device's (`lasting`), until HA forgets the conversation. Called
+        after a turn that went well: beside a turn, the subscription would wait for its
+        session, and a hub that is down would be tried twice per turn."""
+        if self._speech is None:
+            return
+        context = {"config_entry_id": self.entry.entry_id, "entity_id": self.entity_id,
+                   "conversation_id": conversation_id, "session_id": session_id,
+                   "device_id": user_input.device_id,
+                   "satellite_id": user_input.satellite_id, "language": lang}
+        if not self._speech.remember(session_id, context):
+            self.hass.async_add_executor_job(self._speech.watch, session_id)
+        session = chat_session.current_session.get()
+        if not lasting and session is not None and conversation_id not in self._forgettable:
+            self._forgettable.add(conversation_id)
+            session.async_on_cleanup(partial(self._forgotten, conversation_id, session_id))
+
+    @callback
+    def _forgotten(self, conversation_id: str, session_id: str) -> None:
+        """HA forgot the conversation (chat_session's cleanup): release its session's watch."""
+        self._forgettable.discard(conversation_id)
+        if self._speech is not None:
+            self.hass.async_add_executor_job(self._speech.release, session_id)
