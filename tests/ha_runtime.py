@@ -24,7 +24,6 @@ Needs root (chroot), debootstrap and Debian's package mirror (HIVEMIND_CHAT_DEBI
 
 HIVEMIND_CHAT_HA_ROOT names a ready chroot to use instead of the cached one.
 """
-import fcntl
 import hashlib
 import os
 import shutil
@@ -33,6 +32,9 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import hub_venvs  # noqa: E402  (built_once: the same locked, marked, cached build)
+
 CHECKOUT = os.path.dirname(HERE)
 REQUIREMENTS = os.path.join(HERE, "requirements-home-assistant.txt")
 SUITE = "sid"
@@ -104,29 +106,8 @@ def ensure_runtime(log=sys.stderr) -> str:
     reason = unavailable_reason()
     if reason:
         raise RuntimeUnavailable(reason)
-    os.makedirs(os.path.dirname(root), exist_ok=True)
-    with open(root + ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if os.path.exists(marker):   # another process built it while we waited
-            return root
-        shutil.rmtree(root, ignore_errors=True)
-        started = time.monotonic()
-        print(f"building the Home Assistant runtime at {root} …", file=log, flush=True)
-        build_log = root + ".build.log"
-        try:
-            with open(build_log, "w") as out:
-                _build(root, out)
-        except subprocess.CalledProcessError as e:
-            with open(build_log, errors="replace") as f:
-                tail = f.read()[-4000:]
-            shutil.rmtree(root, ignore_errors=True)
-            raise RuntimeError(f"building the Home Assistant runtime failed ({e}); from "
-                               f"{build_log}:\n{tail}") from None
-        with open(marker, "w") as f:
-            f.write(str(time.time()))
-        print(f"Home Assistant runtime ready in {time.monotonic() - started:.0f} s", file=log,
-              flush=True)
-    return root
+    return hub_venvs.built_once(root, "the Home Assistant runtime",
+                                lambda out: _build(root, out), log)
 
 
 def _build(root: str, out) -> None:

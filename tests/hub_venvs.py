@@ -127,6 +127,26 @@ def ensure_venv(name: str, log=sys.stderr) -> str:
     if override:
         return override
     path = venv_path(name)
+
+    def build(out) -> None:
+        def run(cmd):
+            out.write(f"$ {' '.join(cmd)}\n")
+            out.flush()
+            subprocess.run(cmd, check=True, stdout=out, stderr=subprocess.STDOUT)
+        run([sys.executable, "-m", "venv", path])
+        pip = [os.path.join(path, "bin", "python"), "-m", "pip", "install",
+               "--disable-pip-version-check"]
+        run(pip + ["--upgrade", "pip", "wheel"])
+        run(pip + (["--no-deps"] if name in NO_DEPS else []) + ["-r", requirements_path(name)])
+    return built_once(path, f"the {name} venv", build, log)
+
+
+def built_once(path: str, what: str, build, log=sys.stderr) -> str:
+    """`path`, made by `build(out)` (its output to `out`, a log beside `path`) unless a
+    complete one is there: under a lock across processes, so parallel runs never race, and
+    marked complete only when `build` returned; a build that failed (CalledProcessError) is
+    thrown away and raised as RuntimeError with its log's tail. `what` names it in the lines
+    printed to `log`. tests/ha_runtime.py builds its chroot through it too."""
     marker = os.path.join(path, ".complete")
     if os.path.exists(marker):
         return path
@@ -137,29 +157,20 @@ def ensure_venv(name: str, log=sys.stderr) -> str:
             return path
         shutil.rmtree(path, ignore_errors=True)
         started = time.monotonic()
-        print(f"building the {name} venv at {path} …", file=log, flush=True)
+        print(f"building {what} at {path} …", file=log, flush=True)
         build_log = path + ".build.log"
         try:
             with open(build_log, "w") as out:
-                def run(cmd):
-                    out.write(f"$ {' '.join(cmd)}\n")
-                    out.flush()
-                    subprocess.run(cmd, check=True, stdout=out, stderr=subprocess.STDOUT)
-                run([sys.executable, "-m", "venv", path])
-                pip = [os.path.join(path, "bin", "python"), "-m", "pip", "install",
-                       "--disable-pip-version-check"]
-                run(pip + ["--upgrade", "pip", "wheel"])
-                run(pip + (["--no-deps"] if name in NO_DEPS else []) +
-                    ["-r", requirements_path(name)])
+                build(out)
         except subprocess.CalledProcessError as e:
             with open(build_log, errors="replace") as f:
                 tail = f.read()[-4000:]
             shutil.rmtree(path, ignore_errors=True)
-            raise RuntimeError(f"building the {name} venv failed ({e}); from {build_log}:\n"
+            raise RuntimeError(f"building {what} failed ({e}); from {build_log}:\n"
                                f"{tail}") from None
         with open(marker, "w") as f:
             f.write(str(time.time()))
-        print(f"{name} venv ready in {time.monotonic() - started:.0f} s", file=log, flush=True)
+        print(f"{what} ready in {time.monotonic() - started:.0f} s", file=log, flush=True)
     return path
 
 
