@@ -207,10 +207,7 @@ class HomeAssistantProcess:
         delta) with the time.monotonic() it arrived, until run-end."""
         ws = self.websocket()
         try:
-            ws.send(json.dumps({"id": 1, "type": "assist_pipeline/run",
-                                "start_stage": "intent", "end_stage": "intent",
-                                "input": {"text": text}, "pipeline": pipeline_id,
-                                "conversation_id": conversation_id}))
+            _start_text_run(ws, text, pipeline_id, conversation_id)
             events = []
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline:
@@ -232,10 +229,7 @@ class HomeAssistantProcess:
         run's task: assist_pipeline/websocket_api.py). The time.monotonic() of the cancel."""
         ws = self.websocket()
         try:
-            ws.send(json.dumps({"id": 1, "type": "assist_pipeline/run",
-                                "start_stage": "intent", "end_stage": "intent",
-                                "input": {"text": text}, "pipeline": pipeline_id,
-                                "conversation_id": conversation_id}))
+            _start_text_run(ws, text, pipeline_id, conversation_id)
             deltas, deadline = 0, time.monotonic() + timeout
             while time.monotonic() < deadline:
                 message = json.loads(ws.recv())
@@ -339,3 +333,11 @@ class EventListener:
 def speech(answer: Dict[str, Any]) -> str:
     """The plain speech of a conversation/process answer."""
     return answer["response"]["speech"]["plain"]["speech"]
+
+
+def _start_text_run(ws, text: str, pipeline_id: str, conversation_id: str) -> None:
+    """Start an Assist pipeline run from its intent stage (request id 1), as a text satellite
+    does; its events then come on `ws`."""
+    ws.send(json.dumps({"id": 1, "type": "assist_pipeline/run", "start_stage": "intent",
+                        "end_stage": "intent", "input": {"text": text},
+                        "pipeline": pipeline_id, "conversation_id": conversation_id}))

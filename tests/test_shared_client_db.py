@@ -44,46 +44,36 @@ def replicas(tmp_path):
         redis.stop()
 
 
-def agent(creds, port, key_dir, **extra):
-    return HiveMindChatAgent(dict(creds.agent_config(timeout=20, **extra), port=port,
-                                  noise_key_dir=str(key_dir)))
+def ask(creds, port, key_dir, text: str) -> str:
+    """`text` asked once in the conversation "kitchen" by a client of `creds` on the hub at
+    `port` whose Noise keys are in `key_dir` (a device of its own), which then goes."""
+    agent = HiveMindChatAgent(dict(creds.agent_config(timeout=20), port=port,
+                                   noise_key_dir=str(key_dir)))
+    try:
+        return agent.get_response(text, session_id="kitchen")
+    finally:
+        agent.shutdown()
 
 
 def test_a_client_registered_once_is_one_satellite_on_every_replica(replicas, tmp_path):
     redis, first, second = replicas
     creds = first.add_client(name="registered-once")          # on the first replica only
     mine, other_device = tmp_path / "keys", tmp_path / "other-keys"
-    one = agent(creds, first.port, mine)
-    try:
-        assert one.get_response("note the blue door", session_id="kitchen") == "noted"
-    finally:
-        one.shutdown()
+    assert ask(creds, first.port, mine, "note the blue door") == "noted"
     clone_identity(first, second)          # the hub's own identity, as replicas share it
     second.start()
-    two = agent(creds, second.port, mine)
-    try:
-        # the same client row, so the same session namespace: the conversation continues
-        assert two.get_response("notes", session_id="kitchen") == "notes: the blue door"
-    finally:
-        two.shutdown()
+    # the same client row, so the same session namespace: the conversation continues
+    assert ask(creds, second.port, mine, "notes") == "notes: the blue door"
     # a second Noise static key for this access key: the pin taken on the first replica holds
-    intruder = agent(creds, second.port, other_device)
-    try:
-        with pytest.raises(ClientKeyRefusedError):
-            intruder.get_response("hello", session_id="kitchen")
-    finally:
-        intruder.shutdown()
+    with pytest.raises(ClientKeyRefusedError):
+        ask(creds, second.port, other_device, "hello")
     # revoked with the second replica's CLI: refused by the first
     node_id = first.client_id(creds.key)
     done = subprocess.run([*argv(second.cli), "delete-client", node_id], env=second.env,
                           input="y\n", capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
-    revoked = agent(creds, first.port, mine)
-    try:
-        with pytest.raises(AccessKeyRejectedError):
-            revoked.get_response("hello", session_id="kitchen")
-    finally:
-        revoked.shutdown()
+    with pytest.raises(AccessKeyRejectedError):
+        ask(creds, first.port, mine, "hello")
 
 
 def test_with_a_database_per_replica_the_same_key_gets_a_second_identity(tmp_path):
@@ -96,19 +86,11 @@ def test_with_a_database_per_replica_the_same_key_gets_a_second_identity(tmp_pat
     second = replica(redis.url, engine="engines:ScriptEngine")
     try:
         creds = first.add_client(name="registered-twice")
-        one = agent(creds, first.port, tmp_path / "keys")
-        try:
-            assert one.get_response("hello", session_id="kitchen") == "hello there"
-        finally:
-            one.shutdown()
+        assert ask(creds, first.port, tmp_path / "keys", "hello") == "hello there"
         clone_identity(first, second)
         second.start()
         second.add_client(name="registered-twice", key=creds.key, password=creds.password)
-        intruder = agent(creds, second.port, tmp_path / "other-keys")
-        try:
-            assert intruder.get_response("hello", session_id="kitchen") == "hello there"
-        finally:
-            intruder.shutdown()
+        assert ask(creds, second.port, tmp_path / "other-keys", "hello") == "hello there"
     finally:
         first.cleanup()
         second.cleanup()
