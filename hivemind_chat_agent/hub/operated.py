@@ -4,7 +4,7 @@ its chat and OVOS modes: the health endpoint and the drain on SIGTERM (docs/metr
 Apart from hub/settings.py so that the OVOS mode, which must load beside a stable OVOS whose
 ovos-plugin-manager has no chat engine template, reads them without importing that module.
 """
-from typing import Any, Dict, Tuple
+from typing import Any, Callable, Dict, Tuple
 
 from hivemind_chat_agent.core.health import parse_address
 from hivemind_chat_agent.core.peer_gate import AllowList, is_loopback_bind, parse_network
@@ -34,6 +34,19 @@ class Operated:
             return parse_address(self.health)
         except ValueError as e:
             raise ConfigurationError(f"{PLUGIN_NAME}: {e}") from None
+
+    def serve_health(self, ready: Callable[[], Any], metrics: Any) -> Any:
+        """The health endpoint (hub/health_server.HealthServer) started on its own thread at
+        `health`, answering `/readyz` with `ready()` and `/metrics` with `metrics` (a
+        hub/metrics.HubMetrics); ConfigurationError when the address cannot be listened on."""
+        from hivemind_chat_agent.hub.health_server import HealthServer
+        host, port = self.health_address()
+        try:
+            server = HealthServer(host, port, ready, metrics.exposition, self.health_allow())
+        except OSError as e:
+            raise ConfigurationError(f'{PLUGIN_NAME}: "health": "{self.health}" cannot be '
+                                     f"listened on: {e}") from None
+        return server.start()
 
     def health_allow(self) -> AllowList:
         """Who may reach the health endpoint: loopback peers on a loopback bind; beyond

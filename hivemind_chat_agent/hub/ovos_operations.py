@@ -21,13 +21,14 @@ hub/draining.py; the names are docs/metrics.md's).
 import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from ovos_utils.log import LOG
+
 from hivemind_chat_agent.core.health import Verdict, ovos_readiness, turn_outcome
 from hivemind_chat_agent.core.ovos_replies import failure_replies
 from hivemind_chat_agent.core.ovos_routes import Outbound, Refusal
 from hivemind_chat_agent.core.protocol_names import CHAT_PLUGIN_NAME as PLUGIN_NAME
 from hivemind_chat_agent.core.protocol_names import SPEAK_TYPE, TURN_TAG_KEY
 from hivemind_chat_agent.core.turns import EndReason
-from hivemind_chat_agent.errors import ConfigurationError
 from hivemind_chat_agent.hub.draining import DRAINING_SPEECH, DRAINING_WHY, DrainReport, HubDrain
 from hivemind_chat_agent.hub.health_server import HealthServer
 from hivemind_chat_agent.hub.metrics import NO_METRICS, HubMetrics, NoMetrics, connections
@@ -74,20 +75,11 @@ class OvosOperations:
         (OVOS takes utterances, why not), read at each `/readyz`."""
         if not self.settings.health:
             return
-        host, port = self.settings.health_address()
-        metrics = self.metrics
-        assert isinstance(metrics, HubMetrics)
 
         def ready() -> Verdict:
             answers, why = ovos_state()
             return ovos_readiness(answers, why, self.draining)
-        try:
-            server = HealthServer(host, port, ready, metrics.exposition,
-                                  self.settings.health_allow())
-        except OSError as e:
-            raise ConfigurationError(f'{PLUGIN_NAME}: "health": "{self.settings.health}" '
-                                     f"cannot be listened on: {e}") from None
-        self.health = server.start()
+        self.health = self.settings.serve_health(ready, self.metrics)
 
     @property
     def draining(self) -> bool:
@@ -102,7 +94,6 @@ class OvosOperations:
     def drain(self, shutdown: Callable[[], None]) -> DrainReport:
         """Drain (hub/draining.py: hivemind-core's SIGTERM ends here, before the process
         exits), then `shutdown`."""
-        from ovos_utils.log import LOG
         LOG.info(f"draining: {sum(self._utterances().values())} utterances at OVOS, up to "
                  f"{self.settings.drain_timeout:g} s")
         report = self.drainer.run(self._draining.set)

@@ -37,7 +37,6 @@ from hivemind_chat_agent.core.replies import first_utterance
 from hivemind_chat_agent.core.satellites import client_fingerprint
 from hivemind_chat_agent.core.turns import EndReason
 from hivemind_chat_agent.errors import (
-    ConfigurationError,
     ConversationStoreError,
     IdentifierTooLongError,
 )
@@ -151,16 +150,7 @@ class ChatAgentProtocol(AgentProtocol):
         """The health endpoint on its own thread, last, once everything it reports exists."""
         if not self.settings.health:
             return None
-        host, port = self.settings.health_address()
-        metrics = self.metrics
-        assert isinstance(metrics, HubMetrics)
-        try:
-            server = HealthServer(host, port, self.readiness, metrics.exposition,
-                                  self.settings.health_allow())
-        except OSError as e:
-            raise ConfigurationError(f'{PLUGIN_NAME}: "health": "{self.settings.health}" '
-                                     f"cannot be listened on: {e}") from None
-        return server.start()
+        return self.settings.serve_health(self.readiness, self.metrics)
 
     def readiness(self) -> Verdict:
         """`/readyz` (core/health.readiness): the store pinged now, the engine loaded (until
