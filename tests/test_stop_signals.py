@@ -1,25 +1,26 @@
 """hub/stop_signals.relay_to_main_thread: a SIGTERM that another thread of the process caught
 still wakes hivemind-core's main thread, which waits as `ovos_utils.wait_for_exit_signal` waits
-(a Python handler setting an Event). A process of its own plays hivemind-core: a module named
-`hivemind_core.service` is loaded, the main thread waits, and a worker thread sends SIGTERM to
-itself (a thread-directed signal lands on that thread, as the kernel may hand a process-directed
-one to any thread that does not block it). Without the relay the main thread sleeps through it,
-which is how 2 of 12 SIGTERMs of a 5.x hub in OVOS mode were lost."""
+(a Python handler setting an Event). A process of its own plays hivemind-core: code of a module
+named `hivemind_core.service` builds the relay, the main thread waits, and a worker thread
+sends SIGTERM to itself (a thread-directed signal lands on that thread, as the kernel may hand
+a process-directed one to any thread that does not block it). Without the relay the main
+thread sleeps through it, which is how 2 of 12 SIGTERMs of a 5.x hub in OVOS mode were lost."""
 import subprocess
 import sys
 import textwrap
 
 PLAYED_HUB = textwrap.dedent("""
     import signal, sys, threading, time, types
-    if sys.argv[1] == "embedded":
-        from hivemind_chat_agent.hub.stop_signals import relay_to_main_thread
+    from hivemind_chat_agent.hub.stop_signals import relay_to_main_thread
+    service = types.ModuleType("hivemind_core.service")
+    sys.modules["hivemind_core.service"] = service       # loaded, as the demo loads it too
+    exec("def build(relay):\\n    return relay()", service.__dict__)
+    if sys.argv[1] == "embedded":                        # the embedder builds the plugin
         print("relay" if relay_to_main_thread() else "no relay")
         sys.exit(0)
-    sys.modules["hivemind_core.service"] = types.ModuleType("hivemind_core.service")
-    if sys.argv[1] == "relay":
-        from hivemind_chat_agent.hub.stop_signals import relay_to_main_thread
-        assert relay_to_main_thread()
-        assert relay_to_main_thread()                    # once per process
+    if sys.argv[1] == "relay":                           # hivemind-core builds it
+        assert service.build(relay_to_main_thread)
+        assert service.build(relay_to_main_thread)      # once per process
     exit_event = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: exit_event.set())   # as wait_for_exit_signal
 
@@ -54,5 +55,6 @@ def test_without_the_relay_the_main_thread_sleeps_through_it():
 
 
 def test_no_relay_outside_hivemind_cores_service():
-    """An embedder (hivemind-chat demo, LocalHub) keeps its own handlers to itself."""
+    """An embedder (hivemind-chat demo, LocalHub) keeps its own handlers to itself, though it
+    has `hivemind_core.service` loaded: else its Ctrl-C runs twice."""
     assert run("embedded", timeout=20) == "no relay\n"

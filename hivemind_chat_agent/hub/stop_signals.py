@@ -17,20 +17,25 @@ that fd and sends each SIGTERM or SIGINT once more, to the main thread itself
 main thread runs the handler twice, which sets the same Event twice. The relay's own signal
 comes back through the fd once and is not relayed again. Nothing is installed when the wakeup
 fd is taken already (an asyncio loop on the main thread owns it then, and wakes that thread
-itself), when the plugin is not built on the main thread, or when the process is not
-hivemind-core's service (`hivemind-core listen` runs `hivemind_core.service`): an embedder such
-as `hivemind-chat demo` (bridges/local_hub.py) has its own handlers, which a relay would run
-twice.
+itself), when the plugin is not built on the main thread, or when hivemind-core did not build
+it: the relay is installed only with a frame of hivemind-core's own code (`hivemind-core
+listen`, `hivemind_core.service`) on the building thread's stack. An embedder such as
+`hivemind-chat demo` (bridges/local_hub.py) builds the plugin itself and has its own handlers,
+which a relay would run twice: that process imports `hivemind_core.service` too, so whether the
+module is loaded says nothing (a demo's Ctrl-C at the prompt ran twice, the second one cutting
+its clean exit short with status 130).
 """
 import signal
 import socket
 import sys
 import threading
+from types import FrameType
 from typing import Optional
 
 from hivemind_chat_agent import background
 
 _RELAYED = (signal.SIGTERM, signal.SIGINT)
+_HIVEMIND_CORE = "hivemind_core."
 _installed: Optional[threading.Thread] = None
 _guard = threading.Lock()
 
@@ -42,7 +47,7 @@ def relay_to_main_thread() -> bool:
         if _installed is not None:
             return True
         if threading.current_thread() is not threading.main_thread() or \
-                "hivemind_core.service" not in sys.modules:
+                not _built_by_hivemind_core(sys._getframe(1)):
             return False
         reader, writer = socket.socketpair()
         writer.setblocking(False)
@@ -62,6 +67,15 @@ def relay_to_main_thread() -> bool:
                                   daemon=True, name="hivemind-chat-signal-relay")
         _installed = background.start(thread)
         return True
+
+
+def _built_by_hivemind_core(frame: Optional[FrameType]) -> bool:
+    """Whether hivemind-core's code is among `frame` and its callers (it builds the plugin)."""
+    while frame is not None:
+        if str(frame.f_globals.get("__name__", "")).startswith(_HIVEMIND_CORE):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _relay(reader: socket.socket, writer: socket.socket, main: Optional[int]) -> None:
