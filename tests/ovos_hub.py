@@ -33,6 +33,7 @@ import sys
 import tempfile
 import threading
 import time
+from typing import Optional
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -107,7 +108,12 @@ def greetings_at_once(agent, session_ids, meanwhile=lambda: None, join=60):
 class OVOSHub:
     """`hub = OVOSHub(generation).start(); creds = hub.add_client(); ... hub.cleanup()`."""
 
-    def __init__(self, generation: str = "4.0", agent: str = "stock"):
+    def __init__(self, generation: str = "4.0", agent: str = "stock",
+                 hub_venv: Optional[str] = None, network: Optional[dict] = None):
+        """`hub_venv`: another venv of tests/hub_venvs.py for the hivemind-core process and
+        its CLI (e.g. "mqtt-hub-5", with hivemind-mqtt-protocol); the OVOS processes still run
+        from the generation's own. `network`: more of server.json's "network_protocol"
+        (e.g. {"hivemind-mqtt-plugin": {...}}) beside the websocket."""
         if generation not in GENERATIONS:
             raise ValueError(f"generation must be one of {GENERATIONS}, not {generation!r}")
         if agent not in AGENTS:
@@ -115,6 +121,8 @@ class OVOSHub:
         self.generation = generation
         self.agent = agent
         self.venv = ensure_venv(generation)
+        self.hub_venv = hub_venvs.ensure_venv(hub_venv) if hub_venv else self.venv
+        self.network = network or {}
         self.home = tempfile.mkdtemp(prefix="hm-test-ovos-")
         self.bus_port = free_port()
         self.port = free_port()
@@ -129,6 +137,9 @@ class OVOSHub:
 
     def _bin(self, name: str) -> str:
         return os.path.join(self.venv, "bin", name)
+
+    def _hub_bin(self, name: str) -> str:
+        return os.path.join(self.hub_venv, "bin", name)
 
     def log_path(self, name: str) -> str:
         return os.path.join(self.home, f"{name}.log")
@@ -156,7 +167,8 @@ class OVOSHub:
                 "agent_protocol": self._agent_protocol(),
                 "binary_protocol": {"module": None},
                 "network_protocol": {"hivemind-websocket-plugin": {"host": "127.0.0.1",
-                                                                   "port": self.port}},
+                                                                   "port": self.port},
+                                     **self.network},
                 # 4.0: the JSON file; 5.x: its default (SQLite), as an operator gets it
                 **({"database": {"module": "hivemind-json-db-plugin",
                                  "hivemind-json-db-plugin": {"name": "clients",
@@ -290,7 +302,7 @@ class OVOSHub:
                            budget_ends - time.monotonic())
             if not trained:
                 self._keep_intent_cache()
-        self._spawn("hivemind", [self._bin("hivemind-core"), "listen"],
+        self._spawn("hivemind", [self._hub_bin("hivemind-core"), "listen"],
                     env=self._hivemind_env())
         self._wait("hivemind", self._listening(self.port), 60)
         return self
@@ -344,7 +356,7 @@ class OVOSHub:
         from hubs import register_client
 
         from hivemind_chat_agent.bridges.local_hub import HubCredentials
-        name, key, password, _ = register_client(self._bin("hivemind-core"), self.env,
+        name, key, password, _ = register_client(self._hub_bin("hivemind-core"), self.env,
                                                  self.generation, name, allow=allow)
         return HubCredentials("127.0.0.1", self.port, key, password, name)
 

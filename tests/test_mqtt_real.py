@@ -284,6 +284,35 @@ def test_the_stock_ovos_agent_plugin_answers_our_mqtt_client(broker, keys, make_
         stock.cleanup()
 
 
+def test_a_skills_follow_up_question_over_mqtt_through_the_ovos_mode(broker, keys, make_agent):
+    """A genuine ovos-core 3.7 with real skills behind the 5.x hub in OVOS mode (tests/ovos_hub.py,
+    the hub from the mqtt-hub-5 venv), reached only through the broker: the alerts skill asks
+    for the time with get_response, the turn ends ASKED (a voice loop reopens its microphone),
+    and the next utterance of that session is the skill's answer, not a new turn."""
+    from ovos_hub import OVOSHub
+    ovos = OVOSHub("5", "ovos-mode", hub_venv="mqtt-hub-5", network={"hivemind-mqtt-plugin": {
+        "broker_host": "127.0.0.1", "broker_port": broker.port, "topic_prefix": PREFIX}})
+    try:
+        ovos.start()
+        assert wait_until(lambda: "[MQTT] Connected to broker"
+                          in ovos.log_tail("hivemind", 10 ** 7), 30), ovos.log_tail("hivemind")
+        creds = ovos.add_client()
+        # alerts loads its parsers at its first question: seconds on a loaded machine
+        agent = make_agent({"host": f"mqtt://127.0.0.1:{broker.port}", "key": creds.key,
+                            "password": creds.password, "topic_prefix": PREFIX, "timeout": 60},
+                           noise_key_dir=keys)
+        question = agent.begin(user("set an alarm"), session_id="mqtt-alarm")
+        assert "time" in question.full_response(timeout=60).lower()
+        assert question.status is TurnStatus.ASKED and question.expect_response
+        # the alarm would ring long after the hub is gone
+        answer = agent.begin(user("in five hours"), session_id="mqtt-alarm")
+        said = answer.full_response(timeout=60)
+        assert "alarm is set for" in said.lower() and "five hours" in said, said
+        assert answer.status is TurnStatus.ANSWERED and not answer.expect_response
+    finally:
+        ovos.cleanup()
+
+
 def test_the_command_line_takes_the_same_host(mqtt_hub, tmp_path):
     import subprocess
     import sys
