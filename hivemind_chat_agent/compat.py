@@ -42,8 +42,12 @@ Each entry: the library and versions it targets, why, and the upstream fix that 
   `_packet_write` pops and sends without a lock, so two frames could leave in the wrong order,
   and the client's Noise transport refuses a frame out of order ("a frame from the hub failed
   authentication", once under load with 24 sessions on one connection). The MQTT thread is
-  named paho's own, as above, at the connection's first message on it. Fix: the same paho
-  option, or the plugin's publish handed to the MQTT thread.
+  named paho's own, as above, at the connection's first message on it. A queued packet waits
+  for the loop's next turn: `loop_start` and `loop()` make the socket pair a publish writes to
+  to wake the loop's select(), `loop_forever` does not (and every reconnect closes it), so
+  without one each reply waited out select's 1 s timeout (a steady turn over MQTT took 997 ms,
+  benchmarks/bench_mqtt.py). So the pair is made too, on the loop's thread, each time. Fix: the
+  same paho option, or the plugin's publish handed to the MQTT thread.
 - `socket_handler` (reads, patches nothing): hivemind-websocket-protocol 0.0.x `send_msg`'s
   closure. 4.0's `send_msg` drops the write's Future and asyncio logs each failed one. Fix:
   return the Future from `send_msg`.
@@ -169,9 +173,25 @@ def mqtt_writes_on_its_thread(connection: Any) -> bool:
         if hasattr(value, "_out_packet") and hasattr(value, "_thread") and \
                 hasattr(value, "publish"):
             if value._thread is None:
-                return paho_writes_on_loop_thread(value, threading.current_thread())
-            return value._thread is threading.current_thread()
+                paho_writes_on_loop_thread(value, threading.current_thread())
+            if value._thread is not threading.current_thread():
+                return False
+            return _paho_loop_wakes_on_publish(value)
     return False
+
+
+def _paho_loop_wakes_on_publish(client: Any) -> bool:
+    """Give paho's `client`, whose loop runs on the calling thread, the socket pair a publish
+    from another thread writes to so that the loop's select() returns (what `loop()` makes
+    and `loop_forever` does not); False if this paho has no such pair."""
+    if not hasattr(client, "_sockpairR") or not hasattr(client, "_sockpairW"):
+        return False
+    if client._sockpairR is None or client._sockpairW is None:
+        make_pair = getattr(sys.modules.get(type(client).__module__), "_socketpair_compat", None)
+        if make_pair is None:
+            return False
+        client._sockpairR, client._sockpairW = make_pair()
+    return True
 
 
 def paho_writes_on_loop_thread(client: Any, thread: Any) -> bool:

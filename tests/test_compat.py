@@ -156,4 +156,16 @@ def test_an_mqtt_hubs_paho_client_writes_only_on_its_loop_thread(monkeypatch):
     reply_thread.start()
     reply_thread.join()
     assert writers == []                  # queued for the loop thread, not written here
+    # and the queued packet wakes the loop's select() (loop_forever makes no such pair: the
+    # reply waited out select's 1 s timeout)
+    assert client._sockpairR.recv(16), "the publish did not wake the loop"
+    client._reset_sockets(sockpair_only=True)               # what a reconnect does
+    again = threading.Thread(target=lambda: writers.append(
+        compat.mqtt_writes_on_its_thread(connection)))
+    again.start()
+    again.join()
+    assert writers == [False] and client._sockpairW is None   # another thread: left alone
+    client._thread = threading.current_thread()
+    assert compat.mqtt_writes_on_its_thread(connection) and client._sockpairW is not None
+    client._reset_sockets(sockpair_only=True)
     assert compat.mqtt_writes_on_its_thread(type("Ws", (), {"send_msg": print})()) is False
