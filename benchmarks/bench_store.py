@@ -9,8 +9,10 @@ every round, so both see the same moments of a noisy machine: blocks of 40 turns
 from 1.08x to 1.30x for the same code); the ratio of the median turn latencies is the figure
 (target <= 1.1x), in steady state (every session's history already full to 10 exchanges).
 
-    python benchmarks/bench_store.py [--sessions 4] [--rounds 600]
+    python benchmarks/bench_store.py [--sessions 4] [--rounds 600] [--store redis|sentinel]
 
+`--store sentinel` (issue 27): the measured hub's store is `redis+sentinel://` over a primary,
+a replica and three sentinels (tests/sentinels.py) instead of one redis-server; same target.
 Needs redis-server on PATH (Debian's package).
 """
 import argparse
@@ -25,6 +27,7 @@ sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 
 from hubs import HubProcess, plugin_config  # noqa: E402
+from sentinels import SentinelSet  # noqa: E402
 from servers import RedisServer  # noqa: E402
 
 from hivemind_chat_agent import HiveMindChatAgent  # noqa: E402
@@ -44,8 +47,12 @@ def main():
     parser.add_argument("--rounds", type=int, default=600)
     parser.add_argument("--diagnose", action="store_true",
                         help="also history in memory, and Redis without history")
+    parser.add_argument("--store", choices=("redis", "sentinel"), default="redis",
+                        help="the measured hub's store: one redis-server, or Redis Sentinel")
     args = parser.parse_args()
-    redis = RedisServer(tempfile.mkdtemp(prefix="bench-redis-")).start()
+    redis = (SentinelSet if args.store == "sentinel" else RedisServer)(
+        tempfile.mkdtemp(prefix="bench-redis-")).start()
+    print(f"measured store: {redis.url}; load average {os.getloadavg()[0]:.1f} before")
     hubs = {"baseline": HubProcess(plugin_config(history_turns=0)),
             "history+redis": HubProcess(plugin_config(history_turns=10,
                                                       conversation_store=redis.url))}
