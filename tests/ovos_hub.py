@@ -109,8 +109,10 @@ class OVOSHub:
     """`hub = OVOSHub(generation).start(); creds = hub.add_client(); ... hub.cleanup()`."""
 
     def __init__(self, generation: str = "4.0", agent: str = "stock",
-                 hub_venv: Optional[str] = None, network: Optional[dict] = None):
-        """`hub_venv`: another venv of tests/hub_venvs.py for the hivemind-core process and
+                 hub_venv: Optional[str] = None, network: Optional[dict] = None,
+                 settings: Optional[dict] = None):
+        """`settings`: more keys of our plugin's server.json section (agent "ovos-mode").
+        `hub_venv`: another venv of tests/hub_venvs.py for the hivemind-core process and
         its CLI (e.g. "mqtt-hub-5", with hivemind-mqtt-protocol); the OVOS processes still run
         from the generation's own. `network`: more of server.json's "network_protocol"
         (e.g. {"hivemind-mqtt-plugin": {...}}) beside the websocket."""
@@ -123,6 +125,7 @@ class OVOSHub:
         self.venv = ensure_venv(generation)
         self.hub_venv = hub_venvs.ensure_venv(hub_venv) if hub_venv else self.venv
         self.network = network or {}
+        self.settings = settings or {}
         self.home = tempfile.mkdtemp(prefix="hm-test-ovos-")
         self.bus_port = free_port()
         self.port = free_port()
@@ -181,7 +184,8 @@ class OVOSHub:
         if self.agent == "ovos-mode":
             return {"module": "hivemind-chat-agent-plugin",
                     "hivemind-chat-agent-plugin": {
-                        "mode": "ovos", "bus": f"ws://127.0.0.1:{self.bus_port}/core"}}
+                        "mode": "ovos", "bus": f"ws://127.0.0.1:{self.bus_port}/core",
+                        **self.settings}}
         return {"module": "hivemind-ovos-agent-plugin",
                 "hivemind-ovos-agent-plugin": {"host": "127.0.0.1", "port": self.bus_port}}
 

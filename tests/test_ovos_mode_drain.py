@@ -4,7 +4,9 @@ genuine ovos-messagebus and an answering service (tests/stock_hub.py), `health` 
 signal `/readyz` says 404 at once; the utterance ovos-core is answering is answered; our
 client's turn sent during the drain is refused with the `draining` reason (with no other hub
 to go to it ends HubDrainingError, never run); the process exits 0 once ovos-core handled
-what it had. Before that, `/readyz` follows the bus: ovos-messagebus stopped is 503."""
+what it had. Before that, `/readyz` follows the bus: ovos-messagebus stopped is 503. And with a
+genuine ovos-core (tests/ovos_hub.py), a skill still in the middle of its answer at the signal
+(hello-world waiting for the satellite's audio to end) finishes it before the hub exits."""
 import http.client
 import json
 import re
@@ -109,3 +111,46 @@ def test_readyz_says_503_while_the_ovos_messagebus_is_gone(ovos_mode_hub):
     status, body = health(hub.health_port, "/readyz")
     assert json.loads(body)["reason"] == "ovos_unavailable", body
     assert health(hub.health_port, "/healthz")[0] == 200      # the process still serves
+
+
+def test_a_genuine_skill_mid_answer_at_sigterm_finishes_before_the_hub_exits(generation):
+    """hello-world speaks with wait=True: with `plays_audio` the skill waits for our audio end,
+    so at the SIGTERM ovos-core is in the middle of its answer. The hub stops being ready, stays
+    up while the skill waits (seconds), and exits 0 once the audio end let it finish: the turn
+    answered, the drain's report one utterance handled, none cut."""
+    from ovos_hub import OVOSHub
+    port = free_port()
+    # on 4.0 hivemind-core from the hub-4.0 venv, which has prometheus_client (the [metrics]
+    # extra the health endpoint needs) beside the same hivemind-core 4.0.0
+    ovos = OVOSHub(generation, "ovos-mode", hub_venv="hub-4.0" if generation == "4.0" else None,
+                   settings={"health": f"127.0.0.1:{port}", "drain_timeout": 20})
+    agent = None
+    try:
+        ovos.start()
+        agent = HiveMindChatAgent(ovos.add_client().agent_config(timeout=60, plays_audio=True))
+        warm = agent.stream_sentences([{"role": "user", "content": "hello world"}],
+                                      session_id="drain-warm")
+        assert next(warm) == "Hello world"
+        agent.report_audio_end("drain-warm")
+        assert list(warm) == []
+        assert wait_until(lambda: health(port, "/readyz")[0] == 200, 30)
+        turn = agent.begin([{"role": "user", "content": "hello world"}], session_id="drain")
+        sentences = iter(turn)
+        assert next(sentences) == "Hello world"      # the skill now waits for the audio's end
+        hub, _ = ovos.procs["hivemind"]
+        hub.send_signal(signal.SIGTERM)
+        assert wait_until(lambda: health(port, "/readyz")[0] in (404, None), 5, poll=0.01)
+        time.sleep(2)
+        assert hub.poll() is None, "the hub left while a skill was still answering"
+        agent.report_audio_end("drain")
+        assert list(sentences) == [] and turn.status.value == "answered"
+        assert hub.wait(30) == 0
+    finally:
+        if agent is not None:
+            agent.shutdown()
+        logs = ovos.log_tail("hivemind", 10 ** 7)
+        ovos.cleanup()
+    drained = re.findall(r"drained in ([0-9.]+) s: (\d+) utterances handled, (\d+) cut at "
+                         r"drain_timeout", logs)
+    assert drained, logs[-3000:]
+    assert drained[-1][1:] == ("1", "0"), drained[-1]
