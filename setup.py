@@ -48,8 +48,10 @@ EXTRAS = {
     # http-server extra) served by uvicorn; 1.3.0 is the release the suite runs
     "a2a": ["a2a-sdk[http-server]>=1.3.0,<2", "uvicorn>=0.27,<1"],
     # the Redis conversation store (hub replicas, docs/scale-out.md): the `redis` client and
-    # its connection pool; 5.0 is the oldest line upstream still maintains, the suite runs 7.4
-    "redis": ["redis>=5.0,<9"],
+    # its connection pool; 5.0 is the oldest line upstream still maintains, the suite runs 7.4;
+    # with redis-py's own `hiredis` extra (its C packer and parser, as hivemind-redis-database
+    # has it): the store's CPU per turn 150-240 us without, 106-193 us with (docs/performance.md)
+    "redis": ["redis[hiredis]>=5.0,<9"],
     # the hub plugin's "health" endpoint: /metrics through the official Prometheus client
     # (a CollectorRegistry per plugin, choose_encoder, Gauge.set_function: all in 0.17, the
     # oldest release the range lets in; the suite runs 0.26.0). No dependencies of its own
