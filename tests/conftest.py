@@ -13,6 +13,9 @@ from leaks import agent_threads  # noqa: E402, F401 (test_client_faults imports 
 
 from hivemind_chat_agent import HiveMindChatAgent  # noqa: E402
 
+# run inside the Home Assistant chroot by test_home_assistant_harness.py, not here
+collect_ignore = ["ha_component"]
+
 # fixtures that start a real hub, an OVOS stack or a venv: a test that uses one is a `hub` test
 HUB_FIXTURES = {"generation", "hub", "creds", "own_hub", "chat_hub", "sat_a", "sat_b", "hub5",
                 "ovos", "ovos_creds", "stop_hub", "proxy", "served", "persona", "stable_ovos",

@@ -4,7 +4,9 @@ turn's answer, against genuine hivemind-core hubs of both generations:
 - the hub's speech between turns (tests/pipeline_agent.py's "later SECONDS": an answer, then
   one more sentence SECONDS after its turn ended, as an alarm going off) is a
   `hivemind_chat_speech` event on HA's bus, seen through HA's websocket API as an
-  automation's event trigger sees it; none once the entry is unloaded;
+  automation's event trigger sees it; none once the entry is unloaded; the same for what
+  the hub says after a turn of the `hivemind_chat.ask` action (an automation's alarm), with
+  the action's conversation_id;
 - an Assist pipeline run HA cancels mid-answer (its websocket client unsubscribes), and a
   conversation/process call whose caller hangs up, stop the turn at the hub: our hub plugin's
   engine (tests/engines.py's "talk", which notes when it was told to stop) sees the stop
@@ -60,6 +62,44 @@ def test_the_hubs_speech_between_turns_is_an_event_automations_can_trigger_on(
         time.sleep(2)            # the hub's "later 2": its sentence is due now
         hold_still()
         assert len(listener.events) == 2, listener.events
+    finally:
+        listener.close()
+        ha.request("DELETE", f"/api/config/config_entries/entry/{entry_id}")
+
+
+def test_the_hubs_speech_after_an_ask_action_turn_is_an_event_with_its_conversation(
+        home_assistant, hub):
+    ha = home_assistant
+    entry_id, entity = add_entry(ha, hub.port, hub.add_client())
+    listener = ha.listen(EVENT)
+    try:
+        status, result = native.ask(ha, config_entry_id=entry_id, text="later 1",
+                                    conversation_id="auto-alarm", language="en-GB")
+        assert status == 200 and result["service_response"]["speech"] == "now you wait"
+        events = wait_until(lambda: spoken(listener, "the wait is over"), 10)
+        assert len(events) == 1, listener.events
+        data = events[0]["data"]
+        assert {k: data[k] for k in ("config_entry_id", "entity_id", "conversation_id",
+                                     "language", "device_id", "satellite_id")} == {
+            "config_entry_id": entry_id, "entity_id": entity, "conversation_id": "auto-alarm",
+            "language": "en-GB", "device_id": None, "satellite_id": None}
+        assert data["session_id"].startswith("ha-")
+        # the action's default conversation is watched too; a second turn subscribes once
+        assert native.ask(ha, config_entry_id=entry_id, text="later 0.5")[0] == 200
+        assert wait_until(lambda: len(spoken(listener, "the wait is over")) == 2, 10)
+        assert native.ask(ha, config_entry_id=entry_id, text="later 0.5")[0] == 200
+        assert wait_until(lambda: len(spoken(listener, "the wait is over")) == 3, 10)
+        hold_still()
+        assert [e["data"]["conversation_id"] for e in listener.events] == [
+            "auto-alarm", "automation", "automation"], listener.events
+        # unloaded while the hub still has something to say to an action's session: no event
+        assert native.ask(ha, config_entry_id=entry_id, text="later 2",
+                          conversation_id="auto-alarm")[0] == 200
+        status, _ = ha.request("DELETE", f"/api/config/config_entries/entry/{entry_id}")
+        assert status == 200
+        time.sleep(2)            # the hub's "later 2": its sentence is due now
+        hold_still()
+        assert len(listener.events) == 3, listener.events
     finally:
         listener.close()
         ha.request("DELETE", f"/api/config/config_entries/entry/{entry_id}")

@@ -11,12 +11,15 @@ entity has the CONTROL feature unless the home_control option is off. A hub that
 entry's key or password starts HA's reauth flow (config_flow.py).
 
 What the hub says to a session the entity used when no turn of it runs (an alarm, a
-reminder) is fired on HA's bus as a `hivemind_chat_speech` event, a sentence each
-(bridges/ha_speech.py: which sessions, how many, when they are released).
+reminder) is fired on HA's bus as a `hivemind_chat_speech` event, a sentence each, by the
+entry's SpeechWatch (entry.runtime_data.speech, shared with the ask action;
+bridges/ha_speech.py: which sessions, how many, when they are released). A conversation's
+session is released when HA forgets the conversation; a device's lasts; unloading the entry
+closes them all (__init__.py).
 """
 import logging
 from functools import partial
-from typing import Any, Dict, Literal
+from typing import Literal
 
 from homeassistant.components import conversation
 from homeassistant.const import MATCH_ALL
@@ -37,7 +40,6 @@ from hivemind_chat_agent.bridges.ha_native import (
     run_turn,
     session_for,
 )
-from hivemind_chat_agent.bridges.ha_speech import EVENT_SPEECH, SpeechWatch
 
 from . import HiveMindChatConfigEntry
 
@@ -69,7 +71,6 @@ class HiveMindConversationEntity(conversation.ConversationEntity,
             identifiers={(DOMAIN, entry.entry_id)}, name=entry.title,
             manufacturer="OpenVoiceOS", model="HiveMind hub",
             entry_type=DeviceEntryType.SERVICE)
-        self._speech: SpeechWatch | None = None
         self._forgettable: set[str] = set()   # conversations whose forgetting releases a watch
 
     @property
@@ -78,18 +79,11 @@ class HiveMindConversationEntity(conversation.ConversationEntity,
 
     async def async_added_to_hass(self) -> None:
         await super().async_added_to_hass()
-        self._speech = SpeechWatch(self.entry.runtime_data, self._fire_speech)
         conversation.async_set_agent(self.hass, self.entry, self)
 
     async def async_will_remove_from_hass(self) -> None:
         conversation.async_unset_agent(self.hass, self.entry)
-        if self._speech is not None:    # no more events: every subscription is closed
-            await self.hass.async_add_executor_job(self._speech.close)
         await super().async_will_remove_from_hass()
-
-    def _fire_speech(self, data: Dict[str, Any]) -> None:
-        """A sentence between turns (a subscription's thread: bus.fire is thread-safe)."""
-        self.hass.bus.fire(EVENT_SPEECH, data)
 
     async def _async_handle_message(self, user_input: conversation.ConversationInput,
                                     chat_log: conversation.ChatLog
@@ -128,7 +122,7 @@ class HiveMindConversationEntity(conversation.ConversationEntity,
             async for _content in chat_log.async_add_delta_content_stream(self.entity_id,
                                                                           deltas):
                 pass
-        report = await run_turn(self.entry.runtime_data, user_input.text,
+        report = await run_turn(self.entry.runtime_data.agent, user_input.text,
                                 session_id=session_id, lang=lang, site_id=site_id,
                                 consume=into_chat_log)
         if report.error is None:     # the session's connection is up: subscribing is quick
@@ -143,14 +137,11 @@ class HiveMindConversationEntity(conversation.ConversationEntity,
         for); unless it is a device's (`lasting`), until HA forgets the conversation. Called
         after a turn that went well: beside a turn, the subscription would wait for its
         session, and a hub that is down would be tried twice per turn."""
-        if self._speech is None:
-            return
         context = {"config_entry_id": self.entry.entry_id, "entity_id": self.entity_id,
                    "conversation_id": conversation_id, "session_id": session_id,
                    "device_id": user_input.device_id,
                    "satellite_id": user_input.satellite_id, "language": lang}
-        if not self._speech.remember(session_id, context):
-            self.hass.async_add_executor_job(self._speech.watch, session_id)
+        self.entry.runtime_data.watch_speech(self.hass, session_id, context)
         session = chat_session.current_session.get()
         if not lasting and session is not None and conversation_id not in self._forgettable:
             self._forgettable.add(conversation_id)
@@ -160,5 +151,4 @@ class HiveMindConversationEntity(conversation.ConversationEntity,
     def _forgotten(self, conversation_id: str, session_id: str) -> None:
         """HA forgot the conversation (chat_session's cleanup): release its session's watch."""
         self._forgettable.discard(conversation_id)
-        if self._speech is not None:
-            self.hass.async_add_executor_job(self._speech.release, session_id)
+        self.hass.async_add_executor_job(self.entry.runtime_data.speech.release, session_id)

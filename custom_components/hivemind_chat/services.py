@@ -9,6 +9,12 @@ Each conversation_id is one OVOS session, as in the conversation entity (without
 entry's "automation" conversation), so an automation can answer a skill's question with a
 second call. A hub that did not answer raises HomeAssistantError with the spoken failure
 (naming the hub); an utterance nothing understood is a response with `understood: false`.
+
+What the hub says later to an action's session (the alarm an automation set) is a
+`hivemind_chat_speech` event with the action's conversation_id, as for the entity's
+conversations (the entry's one SpeechWatch, its bound). An action's session is lasting: HA
+keeps no conversation for it to forget, so it is watched until the bound evicts it (a turn of
+another session) or the entry is unloaded.
 """
 from typing import Any
 
@@ -16,6 +22,7 @@ import probatio
 from homeassistant.config_entries import ConfigEntryState
 from homeassistant.core import HomeAssistant, ServiceCall, SupportsResponse
 from homeassistant.exceptions import HomeAssistantError, ServiceValidationError
+from homeassistant.helpers import entity_registry as er
 
 from hivemind_chat_agent.bridges.ha_native import (
     CONF_LANGUAGE,
@@ -44,8 +51,14 @@ async def async_ask(call: ServiceCall) -> dict[str, Any]:
     session_id, site_id = session_for(entry.entry_id, conversation_id, None, None, False)
     lang = call.data.get("language") or entry.options.get(CONF_LANGUAGE) or \
         call.hass.config.language
-    report = await run_turn(entry.runtime_data, call.data["text"], session_id=session_id,
-                            lang=lang, site_id=site_id)
+    report = await run_turn(entry.runtime_data.agent, call.data["text"],
+                            session_id=session_id, lang=lang, site_id=site_id)
+    if report.error is None:     # as the entity does: only after a turn that went well
+        entry.runtime_data.watch_speech(call.hass, session_id, {
+            "config_entry_id": entry.entry_id, "entity_id": er.async_get(call.hass)
+            .async_get_entity_id("conversation", DOMAIN, entry.entry_id),
+            "conversation_id": conversation_id, "session_id": session_id,
+            "device_id": None, "satellite_id": None, "language": lang})
     answer = answer_for(report, hub_name(entry.data))
     if not report.sentences and report.error is not None:
         raise HomeAssistantError(answer.speech)

@@ -2,14 +2,16 @@
 
 An alarm going off, a reminder, a skill that speaks later: the hub says it to the OVOS session
 of a conversation when no turn of it is running. `SpeechWatch` keeps one subscription
-(HiveMindChatAgent.subscribe) per session the conversation entity has used, and hands each
+(HiveMindChatAgent.subscribe) per session a config entry's conversation entity or its
+`hivemind_chat.ask` action has used, and hands each
 sentence to `fire` as the data of one `hivemind_chat_speech` event (`speech_event`): the
 entity, the HA conversation and device the session last served, its language, the text.
 
 Bounded: at most `limit` sessions are watched; a turn on another one releases the one used
 longest ago (on a 4.x hub each watched session keeps a connection of its own open). A session
 is released when HA forgets its conversation (`release`; the entity does not for a device's
-session, which outlives HA's conversations), and `close` releases them all (the entity is
+session, which outlives HA's conversations, nor the ask action for its sessions, which HA keeps
+no conversation of), and `close` releases them all (the entity is
 removed, the entry unloaded). Every method but `remember` may block on the hub
 (subscribing opens the session's connection): call them off HA's event loop.
 """
@@ -32,7 +34,7 @@ def speech_event(context: Mapping[str, Any], text: str) -> Dict[str, Any]:
 
 
 class SpeechWatch:
-    """The sessions of one conversation entity whose speech between turns becomes events.
+    """The sessions of one config entry whose speech between turns becomes events.
 
     `agent` is the entry's HiveMindChatAgent; `fire(data)` is called on a subscription's own
     thread with each event's data (HA's thread-safe `hass.bus.fire` fits). Never raises the

@@ -1,0 +1,1 @@
+"""The integration's tests under Home Assistant's own test harness (conftest.py says how)."""
