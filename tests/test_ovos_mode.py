@@ -136,6 +136,29 @@ def test_parallel_greetings_of_many_sessions_all_answer(ovos_mode_creds, make_ag
     assert all(a == "Hello world" and took < 3.0 for a, took in results.values()), results
 
 
+def test_home_assistant_load_loses_no_greeting_through_the_ovos_mode(ovos_mode, ovos_mode_creds,
+                                                                    make_agent):
+    """tests/test_home_assistant_load.py's load (Home Assistant's flows through the Wyoming
+    front: 20 new conversations one after another, 20 at once, 40 more turns) through the OVOS
+    mode and a genuine ovos-core's hello-world (which speaks with wait=True), a CPU burner
+    occupying one core meanwhile: every greeting answered, no race in the hub's log."""
+    from cpu_burner import cpu_burner
+    from home_assistant import Server, load_phases
+    server = Server(make_agent(ovos_mode_creds.agent_config()))
+    offset = ovos_mode.log_size("hivemind")
+    try:
+        with cpu_burner():
+            lost = load_phases(server.port, "mode-load", lambda phase, i: "hello world",
+                               lambda said, reply: "hello" in reply.lower(), read_timeout=120)
+    finally:
+        server.stop()
+    lines = ovos_mode.log_since("hivemind", offset).splitlines()
+    assert lost == [], [line for line in lines if "ERROR" in line][-20:]
+    assert not [line for line in lines if "dictionary changed size" in line
+                or "AssertionError" in line or "Traceback" in line], \
+        [line for line in lines if "ERROR" in line or "Traceback" in line][-20:]
+
+
 def test_ovos_unreachable_is_a_typed_failure_and_works_again_once_it_is_back(
         ovos_mode, ovos_mode_creds, make_agent):
     """Last in the module: it stops the messagebus. While it is down a turn fails at once
