@@ -1,13 +1,14 @@
 """Home Assistant's native agent (custom_components/hivemind_chat) in a genuine Home Assistant
 2026.11, every figure next to a baseline measured in the same run (issue 29).
 
-    python benchmarks/bench_home_assistant.py [--rounds 50]      # about 1 min
+    python benchmarks/bench_home_assistant.py [--rounds 50] [--generation 5|4.0]    # about 1 min
 
-All on 127.0.0.1: a genuine hivemind-core 5.x hub (the OVOS-like test pipeline, tests/hubs.py),
-`hass` in the cached chroot of tests/ha_runtime.py (tests/ha_process.py) with this checkout's
-integration configured through its config flow, and `hivemind-chat wyoming` as a process of
-its own, added to the same HA through HA's own Wyoming integration (its config flow: host and
-port). Each front has a hub client of its own; rounds interleave the two ways of each measure.
+All on 127.0.0.1: a genuine hivemind-core hub (5.x by default; the OVOS-like test pipeline,
+tests/hubs.py), `hass` in the cached chroot of tests/ha_runtime.py (tests/ha_process.py) with
+this checkout's integration configured through its config flow, and `hivemind-chat wyoming`
+as a process of its own, added to the same HA through HA's own Wyoming integration (its config
+flow: host and port). Each front has a hub client of its own; rounds interleave the two ways
+of each measure, alternating which goes first; two warm-up rounds are left out.
 
   1. First sentence: an Assist pipeline run (intent stage, HA's websocket API, as a text
      satellite runs it) of "paced 3 0.2" (three sentences, the first at once, 0.2 s apart),
@@ -209,8 +210,9 @@ def whole_turn(ha, native, wyoming_entity, rounds):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=50)
+    ap.add_argument("--generation", choices=("4.0", "5"), default="5")
     args = ap.parse_args()
-    hub = HubProcess(generation="5").start()
+    hub = HubProcess(generation=args.generation).start()
     ha = HomeAssistantProcess(ha_runtime.ensure_runtime())
     home = tempfile.mkdtemp(prefix="bench-ha-wyoming-")
     front = agent = None
@@ -223,7 +225,8 @@ def main():
         native = add_native(ha, hub.add_client(name="bench-native"))
         wyoming_entity = add_wyoming(ha, port)
         agent = HiveMindChatAgent(hub.add_client(name="bench-direct").agent_config(timeout=30))
-        print(f"hub: hivemind-core 5 on 127.0.0.1; hass started in {ha.started_in:.1f} s; "
+        print(f"hub: hivemind-core {args.generation} on 127.0.0.1; "
+              f"hass started in {ha.started_in:.1f} s; "
               f"{args.rounds} rounds each, interleaved; load average {load()}\n")
         TABLE.header()
         results.append(first_sentence(ha, agent, native, args.rounds))
