@@ -221,10 +221,14 @@ def main():
         with_wyoming_library(ha)
         ha.start()
         ha.onboard()
-        front, port = wyoming_front(hub.add_client(name="bench-wyoming"), home)
-        native = add_native(ha, hub.add_client(name="bench-native"))
+        # every client registered before any connects: a 4.0 hub rewrites its JSON client
+        # database as clients come, and a client added meanwhile can be lost from it
+        clients = {name: hub.add_client(name=f"bench-{name}")
+                   for name in ("wyoming", "native", "direct")}
+        front, port = wyoming_front(clients["wyoming"], home)
+        native = add_native(ha, clients["native"])
         wyoming_entity = add_wyoming(ha, port)
-        agent = HiveMindChatAgent(hub.add_client(name="bench-direct").agent_config(timeout=30))
+        agent = HiveMindChatAgent(clients["direct"].agent_config(timeout=30))
         print(f"hub: hivemind-core {args.generation} on 127.0.0.1; "
               f"hass started in {ha.started_in:.1f} s; "
               f"{args.rounds} rounds each, interleaved; load average {load()}\n")
