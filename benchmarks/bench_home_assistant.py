@@ -68,7 +68,7 @@ def with_wyoming_library(ha):
     requirement is installed before it loads the integration)."""
     package = os.path.dirname(wyoming.__file__)
     site = os.path.dirname(package)
-    metadata = f"wyoming-{version('wyoming')}.dist-info"    # HA checks the requirement's
+    metadata = f"wyoming-{version('wyoming')}.dist-info"
     for name in ("wyoming", metadata):
         shutil.copytree(os.path.join(site, name), os.path.join(ha.folder, "src", name),
                         ignore=shutil.ignore_patterns("__pycache__"))
@@ -225,11 +225,11 @@ def main():
     ap.add_argument("--generation", choices=("4.0", "5"), default="5")
     args = ap.parse_args()
     hub = HubProcess(generation=args.generation).start()
-    ha = HomeAssistantProcess(ha_runtime.ensure_runtime())
     home = tempfile.mkdtemp(prefix="bench-ha-wyoming-")
-    front = agent = None
+    ha = front = agent = None
     results = []
     try:
+        ha = HomeAssistantProcess(ha_runtime.ensure_runtime())
         with_wyoming_library(ha)
         ha.start()
         ha.onboard()
@@ -253,7 +253,8 @@ def main():
         if front is not None:
             front.terminate()
             front.wait(30)
-        ha.cleanup()
+        if ha is not None:
+            ha.cleanup()
         hub.cleanup()
         shutil.rmtree(home, ignore_errors=True)
     print(f"\nload average at the end: {load()}")
