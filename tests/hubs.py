@@ -63,6 +63,33 @@ V4_DEFAULT_TOPICS = ("recognizer_loop:utterance", "recognizer_loop:record_begin"
                      "speak:b64_audio", "ovos.common_play.SEI.get.response")
 
 
+def knows_key(port: int, key: str, timeout: float = 10.0) -> bool:
+    """Whether the running 4.0 hub on `port` accepts access key `key` now: a websocket opened
+    with it gets the hub's first handshake frame (an unknown key is closed at once). Opening
+    it makes the hub read its client database from disk, so from then on it has the key.
+
+    Why: hivemind-core 4.0 writes its whole in-memory client table to the JSON database after
+    every message a satellite sends (last_seen), and reads the file again only when a
+    connection opens or a bus message arrives. A client `add-client` registers while another
+    satellite talks can be written over and lost: seen as `allow-msg` failing with "Invalid
+    Node ID!" for a client registered while another was connected."""
+    import base64
+
+    import websocket
+    auth = base64.b64encode(f"hub-probe:{key}".encode()).decode()
+    try:
+        ws = websocket.create_connection(f"ws://127.0.0.1:{port}/?authorization={auth}",
+                                         timeout=timeout)
+    except (OSError, websocket.WebSocketException):
+        return False
+    try:
+        return bool(ws.recv())
+    except (OSError, websocket.WebSocketException):
+        return False
+    finally:
+        ws.close()
+
+
 def register_client(cli, env, generation, name=None, key=None, password=None, allow=None,
                     admin=False):
     """`hivemind-core add-client` (and `allow-msg`) as an operator runs them on `generation`.
@@ -230,9 +257,17 @@ class HubProcess:
         own defaults apply, plus any listed type they lack (register_client)."""
         name, key, password, node_id = register_client(
             self.cli, self.env, self.generation, name, key, password, allow, admin)
+        for _ in range(3):      # a running 4.0 hub can write its stale copy over the new client
+            if not self._running_v4() or knows_key(self.port, key):
+                break
+            name, key, password, node_id = register_client(
+                self.cli, self.env, self.generation, name, key, password, allow, admin)
         if node_id is not None:
             self.node_ids[key] = node_id
         return HubCredentials("127.0.0.1", self.port, key, password, name)
+
+    def _running_v4(self) -> bool:
+        return self.generation == "4.0" and self.proc is not None and self.proc.poll() is None
 
     def allow_msg(self, key: str, *topics: str) -> None:
         """`hivemind-core allow-msg TOPIC... NODE_ID` for the client with this access key."""
