@@ -126,9 +126,9 @@ def write_mycroft_conf(xdg_config_home, config):
 class Proc:
     """A helper process of ours (messagebus, responder) with its own XDG home and log file."""
 
-    def __init__(self, name, cmd, home, ready_port=None, ready_line=None):
+    def __init__(self, name, cmd, home, ready_port=None, ready_line=None, extra_env=None):
         self.name, self.home = name, home
-        env = {**os.environ, "PYTHONUNBUFFERED": "1",
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **(extra_env or {}),
                **{var: os.path.join(home, sub) for var, sub in
                   (("XDG_CONFIG_HOME", "config"), ("XDG_DATA_HOME", "data"),
                    ("XDG_CACHE_HOME", "cache"), ("XDG_STATE_HOME", "state"))}}
@@ -188,6 +188,14 @@ def start_hub(agent_protocol=None, log_level=None, venv=None) -> HubProcess:
     return hub.start()
 
 
+def ovos_bin() -> str:
+    """The bin folder of a venv with ovos-messagebus and ovos-bus-client for the bus and the
+    answering service (tests/stock_hub.py): the hub-4.0 venv on 4.0, the ovos-hub-5 venv on
+    5.x (this venv has no messagebus: the [test] extra installs none)."""
+    venv = "hub-4.0" if GENERATION["value"] == "4.0" else "ovos-hub-5"
+    return os.path.join(hub_venvs.ensure_venv(venv), "bin")
+
+
 def stock_hub(log_level=None) -> HubProcess:
     """hivemind-core + hivemind-ovos-agent-plugin -> ovos-messagebus -> responder."""
     home = Home("bench-ovos-bus-").path
@@ -197,7 +205,7 @@ def stock_hub(log_level=None) -> HubProcess:
                       "shared_connection": True, "max_msg_size": 25},
         "log_level": "ERROR"})   # bus and responder are not measured; keep them quiet
     venv = "hub-4.0" if GENERATION["value"] == "4.0" else None    # same venv as ours
-    stock_bin = os.path.join(hub_venvs.ensure_venv(venv), "bin") if venv else BIN
+    stock_bin = ovos_bin()
     Proc("messagebus", [os.path.join(stock_bin, "ovos-messagebus")], home, ready_port=bus_port)
     Proc("responder", [os.path.join(stock_bin, "python"), os.path.join(TESTS, "stock_hub.py"),
                        "--answer", str(bus_port)], home, ready_line="READY")

@@ -46,8 +46,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import bench_hub  # noqa: E402  (the hubs, helper processes and their clean-up)
+import hub_venvs  # noqa: E402
 from bench_hub import (  # noqa: E402
-    BIN,
     STARTED,
     TESTS,
     Home,
@@ -93,16 +93,18 @@ class Satellite:
 
 
 def shared_bus(quick_answerer: bool) -> int:
-    """This venv's ovos-messagebus and tests/stock_hub.py's answering service behind it."""
+    """An ovos-messagebus (bench_hub.ovos_bin's venv) and tests/stock_hub.py's answering
+    service behind it, this checkout's package on its path (its --quick imports it)."""
     home = Home("bench-ovos-mode-bus-").path
     port = free_port()
     write_mycroft_conf(os.path.join(home, "config"), {
         "websocket": {"host": "127.0.0.1", "port": port, "route": "/core", "ssl": False,
                       "shared_connection": True, "max_msg_size": 25}, "log_level": "ERROR"})
-    Proc("messagebus", [os.path.join(BIN, "ovos-messagebus")], home, ready_port=port)
-    Proc("answering", [os.path.join(BIN, "python"), os.path.join(TESTS, "stock_hub.py"),
+    bus_bin = bench_hub.ovos_bin()
+    Proc("messagebus", [os.path.join(bus_bin, "ovos-messagebus")], home, ready_port=port)
+    Proc("answering", [os.path.join(bus_bin, "python"), os.path.join(TESTS, "stock_hub.py"),
                        "--answer", str(port)] + (["--quick"] if quick_answerer else []),
-         home, ready_line="READY")
+         home, ready_line="READY", extra_env={"PYTHONPATH": hub_venvs.package_path()})
     return port
 
 
