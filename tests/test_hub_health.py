@@ -144,6 +144,28 @@ def test_store_calls_are_timed_by_operation_and_failures_counted():
     assert got[("hivemind_chat_store_errors_total", ())] == 2
 
 
+def test_the_secret_is_timed_at_its_first_read_only_and_a_failed_read_is_tried_again():
+    """The hub asks for the secret at every message; the stores keep it once read, so only
+    the read that reaches the store is a store call (and one that failed is tried again)."""
+    class Keeps:
+        reads = 0
+
+        def secret(self):
+            Keeps.reads += 1
+            if Keeps.reads == 1:
+                raise ConversationStoreError("down")
+            return b"s" * 32
+    metrics = HubMetrics(lambda: 0, lambda: 0, lambda: 0)
+    store = TimedStore(Keeps(), metrics)
+    with pytest.raises(ConversationStoreError):
+        store.secret()
+    assert [store.secret() for _ in range(5)] == [b"s" * 32] * 5
+    assert Keeps.reads == 2
+    got = samples(metrics.exposition()[0].decode())
+    assert got[("hivemind_chat_store_seconds_count", (("op", "secret"),))] == 2
+    assert got[("hivemind_chat_store_errors_total", ())] == 1
+
+
 def test_two_plugins_in_one_process_count_apart():
     one, two = (HubMetrics(lambda: 0, lambda: 0, lambda: 0) for _ in range(2))
     one.turn_ended("answered", 0.1)
