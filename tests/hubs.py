@@ -255,13 +255,11 @@ class HubProcess:
         allow=None: on 5.x the client may send CLIENT_TOPICS (both utterance topics and
         audio_output_end); pass a list for exactly those ([] for nothing). On 4.0 the hub's
         own defaults apply, plus any listed type they lack (register_client)."""
-        name, key, password, node_id = register_client(
-            self.cli, self.env, self.generation, name, key, password, allow, admin)
-        for _ in range(3):      # a running 4.0 hub can write its stale copy over the new client
-            if not self._running_v4() or knows_key(self.port, key):
-                break
+        for _ in range(4):      # a running 4.0 hub can write its stale copy over the new client
             name, key, password, node_id = register_client(
                 self.cli, self.env, self.generation, name, key, password, allow, admin)
+            if not self._running_v4() or knows_key(self.port, key):
+                break
         if node_id is not None:
             self.node_ids[key] = node_id
         return HubCredentials("127.0.0.1", self.port, key, password, name)

@@ -40,6 +40,7 @@ from hivemind_chat_agent.bridges.ha_native import (
     run_turn,
     session_for,
 )
+from hivemind_chat_agent.bridges.ha_speech import speech_context
 
 from . import HiveMindChatConfigEntry
 
@@ -137,10 +138,9 @@ class HiveMindConversationEntity(conversation.ConversationEntity,
         for); unless it is a device's (`lasting`), until HA forgets the conversation. Called
         after a turn that went well: beside a turn, the subscription would wait for its
         session, and a hub that is down would be tried twice per turn."""
-        context = {"config_entry_id": self.entry.entry_id, "entity_id": self.entity_id,
-                   "conversation_id": conversation_id, "session_id": session_id,
-                   "device_id": user_input.device_id,
-                   "satellite_id": user_input.satellite_id, "language": lang}
+        context = speech_context(self.entry.entry_id, self.entity_id, conversation_id,
+                                 session_id, lang, device_id=user_input.device_id,
+                                 satellite_id=user_input.satellite_id)
         self.entry.runtime_data.watch_speech(self.hass, session_id, context)
         session = chat_session.current_session.get()
         if not lasting and session is not None and conversation_id not in self._forgettable:

@@ -32,6 +32,7 @@ from hivemind_chat_agent.bridges.ha_native import (
     run_turn,
     session_for,
 )
+from hivemind_chat_agent.bridges.ha_speech import speech_context
 
 AUTOMATION_CONVERSATION = "automation"
 ASK_SCHEMA = probatio.Schema({
@@ -54,11 +55,10 @@ async def async_ask(call: ServiceCall) -> dict[str, Any]:
     report = await run_turn(entry.runtime_data.agent, call.data["text"],
                             session_id=session_id, lang=lang, site_id=site_id)
     if report.error is None:     # as the entity does: only after a turn that went well
-        entry.runtime_data.watch_speech(call.hass, session_id, {
-            "config_entry_id": entry.entry_id, "entity_id": er.async_get(call.hass)
-            .async_get_entity_id("conversation", DOMAIN, entry.entry_id),
-            "conversation_id": conversation_id, "session_id": session_id,
-            "device_id": None, "satellite_id": None, "language": lang})
+        entity_id = er.async_get(call.hass).async_get_entity_id("conversation", DOMAIN,
+                                                                 entry.entry_id)
+        entry.runtime_data.watch_speech(call.hass, session_id, speech_context(
+            entry.entry_id, entity_id, conversation_id, session_id, lang))
     answer = answer_for(report, hub_name(entry.data))
     if not report.sentences and report.error is not None:
         raise HomeAssistantError(answer.speech)

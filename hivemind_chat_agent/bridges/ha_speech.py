@@ -26,6 +26,16 @@ MAX_WATCHED = 16     # sessions of one entry watched at once
 Fire = Callable[[Dict[str, Any]], None]
 
 
+def speech_context(entry_id: str, entity_id: Optional[str], conversation_id: str,
+                   session_id: str, language: str, device_id: Optional[str] = None,
+                   satellite_id: Optional[str] = None) -> Dict[str, Any]:
+    """A session's context as its events carry it (the conversation entity's turns and the
+    ask action's alike): one place names the fields an automation triggers on."""
+    return {"config_entry_id": entry_id, "entity_id": entity_id,
+            "conversation_id": conversation_id, "session_id": session_id,
+            "device_id": device_id, "satellite_id": satellite_id, "language": language}
+
+
 def speech_event(context: Mapping[str, Any], text: str) -> Dict[str, Any]:
     """The data of one `hivemind_chat_speech` event: the session's `context` (config_entry_id,
     entity_id, conversation_id, session_id, device_id, satellite_id, language: what its last

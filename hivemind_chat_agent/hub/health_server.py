@@ -16,6 +16,7 @@ before a byte is read.
 it started: a plugin shut down leaves no port and no thread behind.
 """
 import json
+import selectors
 import socket
 import socketserver
 import threading
@@ -117,7 +118,6 @@ class HealthServer:
         """Sleep until a connection or `stop()` arrives. Not socketserver's serve_forever:
         it wakes every poll_interval to look for a shutdown, which in a hub busy with turns
         cost a GIL hand-off each time (an idle endpoint used 1.3 ms of CPU a second at 0.2 s)."""
-        import selectors
         with selectors.DefaultSelector() as selector:
             selector.register(self._server.socket, selectors.EVENT_READ)
             selector.register(self._wake_reader, selectors.EVENT_READ)
