@@ -27,7 +27,6 @@ import json
 import os
 import statistics
 import sys
-import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -37,7 +36,7 @@ sys.path.insert(0, os.path.join(HERE, ".."))
 from ovos_utils.log import LOG  # noqa: E402
 from report import Table, ms  # noqa: E402
 from stock_hub import PLUGINS, StockOVOSHub  # noqa: E402
-from stock_satellite import HANDLED, StockSatellite  # noqa: E402
+from stock_satellite import StockSatellite  # noqa: E402
 
 from hivemind_chat_agent import HiveMindChatAgent  # noqa: E402
 from hivemind_chat_agent.core.protocol_names import UNMATCHED_TYPE  # noqa: E402
@@ -49,31 +48,31 @@ DRAIN_LIMIT = 900.0     # seconds the flood's backlog may take to be answered af
 
 
 class Flood:
-    """The flooder's sending thread, while `with`-ed."""
+    """The flooder's flood while `with`-ed: sent by a thread of the satellite's own process
+    (tests/stock_satellite.Flood), which counts what comes back, so that this process (our
+    measured client's) reads none of it."""
 
     def __init__(self, sat: StockSatellite, rate: float):
         self.sat, self.rate = sat, rate
         self.sent = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self):
-        pause = 1.0 / self.rate if self.rate > 0 else 0.0
-        while not self._stop.is_set():
-            self.sat.say(f"flood {self.sent}")
-            self.sent += 1
-            if pause:
-                self._stop.wait(pause)
 
     def __enter__(self):
         self.started = time.monotonic()
-        self._thread.start()
+        self.sat.flood(self.rate, refusal_type=UNMATCHED_TYPE)
         return self
 
     def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join(30)
+        self.sent = self.sat.stop_flood()
         self.seconds = time.monotonic() - self.started
+
+    def drained(self, timeout: float) -> dict:
+        """The counts once every utterance sent has its end, or at the timeout."""
+        deadline = time.monotonic() + timeout
+        while True:
+            counts = self.sat.tally()
+            if counts["handled"] >= self.sent or time.monotonic() > deadline:
+                return counts
+            time.sleep(0.2)
 
 
 def timed_turns(agent, turns: int, tag: str):
@@ -120,18 +119,15 @@ def main():
         baseline, flooded, floods = [], [], []
         for round_ in range(args.rounds):
             baseline += timed_turns(agent, args.turns, f"base-{round_}")
-            since = flooder.mark()
             with Flood(flooder, args.rate) as flood:
                 flooded += timed_turns(agent, args.turns, f"flood-{round_}")
             # the flood's backlog (its frames wait in its own socket while its reads are
             # paced) drains before the next baseline, so that baseline is not measured
             # beside it; bounded by DRAIN_LIMIT, what is still unended then is reported
             drain_started = time.monotonic()
-            got = flooder.until_handled(count=flood.sent, since=since, timeout=DRAIN_LIMIT)
+            counts = flood.drained(DRAIN_LIMIT)
             drained = time.monotonic() - drain_started
-            refused = sum(m["type"] == UNMATCHED_TYPE and m["data"].get("reason") == "busy"
-                          for m in got)
-            ended = sum(m["type"] == HANDLED for m in got)
+            refused, ended = counts["refused"], counts["handled"]
             floods.append((flood.sent, flood.seconds, refused, ended))
             print(f"  round {round_}: baseline median {ms(statistics.median(baseline))}, "
                   f"flooded {ms(statistics.median(flooded))}; the flood sent {flood.sent} in "

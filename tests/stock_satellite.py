@@ -24,9 +24,16 @@ recorded, for the tests to look at.
 The process (`python tests/stock_satellite.py CONFIG_JSON`) reads one JSON command a line on
 stdin ({"emit": MESSAGE}, {"close": true}) and writes one JSON event a line on stdout, prefixed
 with EVENT: {"ready": {"session_id": ...}}, {"received": MESSAGE} for every BUS message the hub
-sends it, {"sent": MESSAGE} for what its player sent. It keeps its identity (and 5.x's Noise
-static key) in a home of its own, so the user's ~/.config/hivemind stays untouched; one
-process per access key (5.x pins the key's first Noise key)."""
+sends it, {"sent": MESSAGE} for what its player sent.
+
+A flood (`sat.flood(rate)`, `sat.stop_flood()`, `sat.tally()`) is sent by a thread of the
+satellite process itself, and what the hub sends back meanwhile is counted there, not written
+out: a benchmark that measured another satellite from its own process would otherwise measure
+its own reading of thousands of lines a second under its GIL (benchmarks/bench_ovos_flood.py).
+
+It keeps its identity (and 5.x's Noise static key) in a home of its own, so the user's
+~/.config/hivemind stays untouched; one process per access key (5.x pins the key's first Noise
+key)."""
 import json
 import os
 import queue
@@ -67,6 +74,7 @@ class StockSatellite:
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self.log, text=True, env=env, cwd=self.home)
         self.events = []            # ("received" | "sent", message), in the order they came
+        self._tally_replies: queue.Queue = queue.Queue()
         self.session_id = None
         self._lock = threading.Lock()
         threading.Thread(target=self._read, daemon=True).start()
@@ -80,6 +88,9 @@ class StockSatellite:
             if not line.startswith(EVENT):
                 continue
             event = json.loads(line[len(EVENT):])
+            if "tally" in event:
+                self._tally_replies.put(event["tally"])
+                continue
             with self._lock:
                 if "ready" in event:
                     self.session_id = event["ready"]["session_id"]
@@ -99,6 +110,24 @@ class StockSatellite:
         """recognizer_loop:utterance under this satellite's own Session (the last one the
         hub sent it, see the module docstring), as a satellite sends what it heard."""
         self._command({"say": utterance, "lang": lang})
+
+    def flood(self, rate: float = 0.0, refusal_type: str = "", refusal_reason: str = "busy"):
+        """Start sending utterances ("flood N") in this satellite's Session as fast as it can
+        (`rate`: that many a second); from now on, received messages are counted (`tally`)
+        instead of recorded: the ends, and the refusals of `refusal_type` with that reason."""
+        self._tally_replies = queue.Queue()
+        self._command({"flood": {"rate": rate, "refusal_type": refusal_type,
+                                 "refusal_reason": refusal_reason}})
+
+    def stop_flood(self, timeout: float = 30.0) -> int:
+        """Stop the flood's sending; how many utterances it sent."""
+        self._command({"stop_flood": True})
+        return self._tally_replies.get(timeout=timeout)["sent"]
+
+    def tally(self, timeout: float = 30.0) -> dict:
+        """{"sent", "handled", "refused"} counted since the flood began."""
+        self._command({"tally": True})
+        return self._tally_replies.get(timeout=timeout)
 
     def received(self, since: int = 0):
         with self._lock:
@@ -145,6 +174,59 @@ def types(messages):
 
 # ---- the satellite process (the hub venv's hivemind-bus-client) ----
 
+class Flood:
+    """The satellite process's flood: `say("flood N")` from a thread of its own, as fast as
+    it can or `rate` a second, and the counts of what came back since it began."""
+
+    def __init__(self, say):
+        self._say = say
+        self._stop = threading.Event()
+        self._thread = None
+        self._lock = threading.Lock()
+        self.active = False
+        self.sent = self.handled = self.refused = 0
+        self.refusal_type, self.refusal_reason = "", "busy"
+
+    def start(self, rate=0.0, refusal_type="", refusal_reason="busy"):
+        self.stop()
+        with self._lock:
+            self.sent = self.handled = self.refused = 0
+            self.refusal_type, self.refusal_reason = refusal_type, refusal_reason
+            self.active = True
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, args=(rate,), daemon=True)
+        self._thread.start()
+
+    def _run(self, rate):
+        pause = 1.0 / rate if rate > 0 else 0.0
+        while not self._stop.is_set():
+            self._say(f"flood {self.sent}")
+            self.sent += 1
+            if pause:
+                self._stop.wait(pause)
+
+    def stop(self):
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(30)
+            self._thread = None
+
+    def counts(self, msg_type, data) -> bool:
+        """Count a received message if a flood began (True: counted, not to be written)."""
+        if not self.active:
+            return False
+        with self._lock:
+            if msg_type == HANDLED:
+                self.handled += 1
+            elif msg_type == self.refusal_type and data.get("reason") == self.refusal_reason:
+                self.refused += 1
+        return True
+
+    def tally(self):
+        with self._lock:
+            return {"sent": self.sent, "handled": self.handled, "refused": self.refused}
+
+
 def _print_event(lock, event):
     with lock:
         sys.stdout.write(EVENT + json.dumps(event, default=str) + "\n")
@@ -168,6 +250,7 @@ def main():
                                   useragent=config["name"], identity=identity)
     speeches = queue.Queue()
     kept = {}      # the Session of this satellite's last message from the hub
+    flood = Flood(lambda text: say(text, "en-US"))
 
     def keep_session(message):
         session = message.context.get("session")
@@ -196,6 +279,9 @@ def main():
                               message.get("data") or {}, message.get("context") or {})
         elif isinstance(message, str):
             message = Message.deserialize(message)
+        if flood.counts(message.msg_type, message.data):
+            keep_session(message)
+            return
         _print_event(out, {"received": {"type": message.msg_type, "data": message.data,
                                         "context": dict(message.context)}})
         keep_session(message)
@@ -209,19 +295,29 @@ def main():
     player = threading.Thread(target=play, daemon=True)
     player.start()
     _print_event(out, {"ready": {"session_id": client.session_id}})
+
+    def say(text, lang):
+        session = kept.get("session") or {"session_id": client.session_id, "lang": lang}
+        client.emit(Message("recognizer_loop:utterance", {"utterances": [text], "lang": lang},
+                            {"session": session}))
+
     for line in sys.stdin:
         command = json.loads(line)
         if command.get("close"):
             break
         if "say" in command:
-            lang = command.get("lang") or "en-US"
-            session = kept.get("session") or {"session_id": client.session_id, "lang": lang}
-            client.emit(Message("recognizer_loop:utterance",
-                                {"utterances": [command["say"]], "lang": lang},
-                                {"session": session}))
+            say(command["say"], command.get("lang") or "en-US")
+        elif "flood" in command:
+            flood.start(**command["flood"])
+        elif "stop_flood" in command:
+            flood.stop()
+            _print_event(out, {"tally": flood.tally()})
+        elif "tally" in command:
+            _print_event(out, {"tally": flood.tally()})
         else:
             wire = command["emit"]
             client.emit(Message(wire["type"], wire["data"], wire["context"]))
+    flood.stop()
     speeches.put(None)
     client.close()
 
