@@ -33,6 +33,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 sys.path.insert(0, os.path.join(HERE, ".."))
 
+from cpu_burner import cpu_burner  # noqa: E402
 from ovos_utils.log import LOG  # noqa: E402
 from report import Table, ms  # noqa: E402
 from stock_hub import PLUGINS, StockOVOSHub  # noqa: E402
@@ -75,6 +76,24 @@ class Flood:
             time.sleep(0.2)
 
 
+class Burner:
+    """A CPU burner on one core while `with`-ed, in the flood's place (`--burner-instead`)."""
+    sent, seconds = 0, 0.0
+
+    def __enter__(self):
+        self.started = time.monotonic()
+        self._burning = cpu_burner()
+        self._burning.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self._burning.__exit__(*exc)
+        self.seconds = time.monotonic() - self.started
+
+    def drained(self, timeout: float) -> dict:
+        return {"sent": 0, "handled": 0, "refused": 0}
+
+
 def timed_turns(agent, turns: int, tag: str):
     took = []
     for i in range(turns):
@@ -105,10 +124,18 @@ def main():
                          "(reads not paced, the default before core/loop_share.py)")
     ap.add_argument("--generation", choices=("4.0", "5"), default="4.0",
                     help="5: hivemind-core 5.3.10a1 and its ovos-messagebus (ovos-hub-5 venv)")
+    ap.add_argument("--quick-answerer", action="store_true",
+                    help="the answering service acknowledges every bus frame at once "
+                         "(hub/bus_socket.keep_acks_quick), so the bus's Nagle never holds "
+                         "its next frame behind its delayed ACK")
+    ap.add_argument("--burner-instead", action="store_true",
+                    help="a CPU burner on one core instead of the flood: what the flooder's "
+                         "own process costs the other satellite, with no frame sent")
     args = ap.parse_args()
     settings = {key: json.loads(value) for key, value in
                 (item.split("=", 1) for item in args.set)}
     hub = StockOVOSHub(plugin=args.plugin, settings=settings,
+                       quick_answerer=args.quick_answerer,
                        generation=args.generation).start()
     flooder = agent = None
     try:
@@ -119,7 +146,7 @@ def main():
         baseline, flooded, floods = [], [], []
         for round_ in range(args.rounds):
             baseline += timed_turns(agent, args.turns, f"base-{round_}")
-            with Flood(flooder, args.rate) as flood:
+            with (Burner() if args.burner_instead else Flood(flooder, args.rate)) as flood:
                 flooded += timed_turns(agent, args.turns, f"flood-{round_}")
             # the flood's backlog (its frames wait in its own socket while its reads are
             # paced) drains before the next baseline, so that baseline is not measured
