@@ -38,7 +38,6 @@ from hivemind_chat_agent.core.health import STOPPED, TIMED_OUT
 from hivemind_chat_agent.core.ovos_outcomes import UtteranceOutcomes
 from hivemind_chat_agent.core.ovos_replies import is_twin
 from hivemind_chat_agent.core.ovos_sessions import (
-    NAMES_PER_CONNECTION,
     FollowedSession,
     SatelliteConnection,
     for_bus,
@@ -180,10 +179,8 @@ class OvosRoutes:
                                                                         sender.handle)
         conn.sessions.add(sender.session_id)
         if sender.peer not in conn.names:
-            conn.names[sender.peer] = None
             self._conn_of_peer[sender.peer] = sender.conn
-            while len(conn.names) > NAMES_PER_CONNECTION:
-                old, _ = conn.names.popitem(last=False)
+            for old in conn.known_as(sender.peer):
                 if self._conn_of_peer.get(old) == sender.conn:
                     del self._conn_of_peer[old]
 
@@ -301,7 +298,7 @@ class OvosRoutes:
     def _delivery(self, conn: str, message: Dict[str, Any],
                   followed: Optional[FollowedSession]) -> Delivery:
         connection = self._connections[conn]
-        destination = next(reversed(connection.names))
+        destination = connection.current_name
         declared = followed.declared if followed is not None else None
         return Delivery(connection.handle, destination,
                         for_satellite(message, destination, declared))

@@ -8,7 +8,7 @@ HELLO renames it). Both rewrites copy: the caller's message is never changed.
 """
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
-from typing import Any, Deque, Dict, Optional, Set
+from typing import Any, Deque, Dict, List, Optional, Set
 
 NAMES_PER_CONNECTION = 8   # peer names a connection is known by (a HELLO renames it)
 RECENT_FRAMES = 16   # first frames of one session whose twin may still come (utterances in flight)
@@ -33,6 +33,21 @@ class SatelliteConnection:
     handle: Any
     names: "OrderedDict[str, None]" = field(default_factory=OrderedDict)
     sessions: Set[str] = field(default_factory=set)
+
+    @property
+    def current_name(self) -> str:
+        """The peer name hivemind-core knows this connection by now (its latest)."""
+        return next(reversed(self.names))
+
+    def known_as(self, peer: str) -> List[str]:
+        """`peer` is this connection's newest name; returns the oldest names beyond
+        NAMES_PER_CONNECTION, which it is no longer known by."""
+        self.names[peer] = None
+        self.names.move_to_end(peer)
+        dropped = []
+        while len(self.names) > NAMES_PER_CONNECTION:
+            dropped.append(self.names.popitem(last=False)[0])
+        return dropped
 
 
 def for_bus(message: Dict[str, Any], session_id: str) -> Dict[str, Any]:
