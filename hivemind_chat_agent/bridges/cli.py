@@ -5,16 +5,19 @@
     hivemind-chat demo ["my name is Ada"]    the same against a throw-away hub on 127.0.0.1
 """
 import argparse
-import contextlib
-import json
-import os
 import sys
-import threading
 import time
 from typing import Optional
 
 from hivemind_chat_agent import background
 from hivemind_chat_agent.bridges.cli_config import BROKER_PASSWORD_ENV, PASSWORD_ENV, agent_config
+from hivemind_chat_agent.bridges.cli_terminal import (
+    PROMPT_ON_SCREEN,
+    Output,
+    Spinner,
+    enable_line_editing,
+    keep_typeahead,
+)
 from hivemind_chat_agent.bridges.serving import front_agent
 from hivemind_chat_agent.errors import ConfigurationError, HiveMindChatError, MissingExtraError
 from hivemind_chat_agent.extras import require
@@ -73,100 +76,6 @@ def build_parser(chat: bool = True) -> argparse.ArgumentParser:
     return p
 
 
-class Output:
-    """Human or JSON-lines rendering of a turn; the only place that prints."""
-
-    def __init__(self, as_json: bool):
-        self.as_json = as_json
-        self.tty = sys.stdout.isatty() and not as_json
-
-    def sentence(self, text: str, session: str, first: bool):
-        if self.as_json:
-            self._json(type="sentence", session=session, text=text)
-        else:
-            print(("hub> " if first else "     ") + text if self.tty else text, flush=True)
-
-    def end(self, session: str, sentences: int, elapsed: float, status: str = ""):
-        if self.as_json:
-            self._json(type="end", session=session, sentences=sentences,
-                       elapsed=round(elapsed, 3), status=status)
-        elif sentences == 0:
-            print("(the hub had no answer for that)", flush=True)
-
-    def error(self, error: Exception):
-        if self.as_json:
-            self._json(type="error", error=type(error).__name__, message=str(error))
-        else:
-            print(f"error: {error}", file=sys.stderr, flush=True)
-
-    def aside(self, text: str, session: str):
-        """Speech between turns (an alarm firing while the prompt waits)."""
-        if self.as_json:
-            self._json(type="aside", session=session, text=text)
-            return
-        if not self.tty:
-            print(text, flush=True)
-            return
-        with _PROMPT_LOCK:
-            typed = _line_buffer()
-            sys.stdout.write(f"\r\033[Khub> {text}\n{_PROMPT[0]}{typed}")
-            sys.stdout.flush()
-
-    def info(self, text: str):
-        if not self.as_json:
-            print(text, file=sys.stderr, flush=True)
-
-    @staticmethod
-    def _json(**obj):
-        print(json.dumps(obj, ensure_ascii=False), flush=True)
-
-
-class Spinner:
-    """A waiting indicator on the terminal until the first sentence arrives."""
-    FRAMES = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
-
-    def __init__(self, enabled: bool):
-        self.enabled = enabled
-        self._stop = threading.Event()
-        self._thread: Optional[threading.Thread] = None
-
-    def __enter__(self):
-        if self.enabled:
-            self._thread = threading.Thread(target=self._spin, daemon=True)
-            background.start(self._thread)
-        return self
-
-    def stop(self):
-        if self._thread is not None:
-            self._stop.set()
-            self._thread.join()
-            self._thread = None
-            sys.stdout.write("\r\033[K")
-            sys.stdout.flush()
-
-    def __exit__(self, *_exc):
-        self.stop()
-
-    def _spin(self):
-        i = 0
-        while not self._stop.wait(0.1):
-            sys.stdout.write(f"\r{self.FRAMES[i % len(self.FRAMES)]} thinking…")
-            sys.stdout.flush()
-            i += 1
-
-
-_PROMPT = [""]                 # the prompt on screen, to redraw it after speech between turns
-_PROMPT_LOCK = threading.Lock()
-
-
-def _line_buffer() -> str:
-    try:
-        import readline
-        return readline.get_line_buffer()
-    except Exception:
-        return ""
-
-
 class Chat:
     """Turns and commands on top of a HiveMindChatAgent; one instance per CLI run."""
 
@@ -195,7 +104,7 @@ class Chat:
     def turn(self, utterance: str) -> None:
         from ovos_plugin_manager.templates.agents import AgentMessage, MessageRole
         start, count = time.monotonic(), 0
-        with _keep_typeahead(self.out.tty), Spinner(self.out.tty) as spinner:
+        with keep_typeahead(self.out.tty), Spinner(self.out.tty) as spinner:
             turn = self.agent.begin([AgentMessage(MessageRole.USER, utterance)],
                                     session_id=self.session, lang=self.lang)
             try:
@@ -225,7 +134,7 @@ class Chat:
         return True
 
     def interactive(self) -> int:
-        history = _enable_line_editing()
+        history = enable_line_editing()
         if self.out.tty:
             self.out.info("Type to chat, /help for commands, Ctrl-D to leave.")
         self.listen()
@@ -233,9 +142,9 @@ class Chat:
             while True:
                 try:
                     prompt = f"[{self.session}] you> " if self.out.tty else ""
-                    _PROMPT[0] = prompt
+                    PROMPT_ON_SCREEN[0] = prompt
                     line = input(prompt).strip()
-                    _PROMPT[0] = ""
+                    PROMPT_ON_SCREEN[0] = ""
                 except EOFError:
                     if self.out.tty:
                         print()
@@ -260,51 +169,6 @@ class Chat:
         finally:
             self.unlisten()
             history()
-
-
-@contextlib.contextmanager
-def _keep_typeahead(enabled: bool):
-    """While an answer arrives, keep what the user types (a Ctrl-D to leave, the next question)
-    as plain bytes for the next prompt. In the terminal's canonical mode a Ctrl-D typed now
-    becomes an end-of-file event that is lost when readline switches modes at the prompt."""
-    if not enabled:
-        yield
-        return
-    try:
-        import termios
-        fd = sys.stdin.fileno()
-        saved = termios.tcgetattr(fd)
-        raw = termios.tcgetattr(fd)
-        raw[3] &= ~termios.ICANON                 # lflags; ISIG stays: Ctrl-C still works
-        termios.tcsetattr(fd, termios.TCSANOW, raw)
-    except (ImportError, OSError, ValueError):
-        yield
-        return
-    try:
-        yield
-    finally:
-        termios.tcsetattr(fd, termios.TCSANOW, saved)
-
-
-def _enable_line_editing():
-    """readline gives line editing and history; returns the function that saves history."""
-    try:
-        import readline
-    except ImportError:
-        return lambda: None
-    path = os.path.join(os.path.expanduser("~"), ".hivemind_chat_history")
-    try:
-        readline.read_history_file(path)
-    except OSError:
-        pass
-    readline.set_history_length(1000)
-
-    def save():
-        try:
-            readline.write_history_file(path)
-        except OSError:
-            pass
-    return save
 
 
 def _quiet_logs(verbose: bool, demo: bool):

@@ -227,6 +227,41 @@ async def read_body(receive, headers: Dict[str, str],
             return b"".join(chunks), None
 
 
+class _RequestDeadline:
+    """Mixed into uvicorn's h11 protocol (guarded_protocol): a deadline while the peer owes us
+    a request's headers or body, none while the app answers; when it passes, the connection
+    is closed, so a slow or idle peer holds no connection longer than `_read_timeout`
+    without sending."""
+    _deadline: Optional[asyncio.TimerHandle] = None
+    _deadline_for: Any = None
+    _read_timeout: float              # guarded_protocol's limits.read_timeout
+    _owing: Tuple[Any, ...] = ()      # h11's states of a peer that owes us bytes
+    conn: Any                         # H11Protocol's
+    loop: Any
+    transport: Any
+    _peer: str
+
+    def _track(self) -> None:
+        state = self.conn.their_state
+        if state is self._deadline_for:
+            return
+        self._deadline_for = state
+        self._arm(self._read_timeout if state in self._owing else None)
+
+    def _arm(self, seconds: Optional[float]) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+        self._deadline = None if seconds is None else \
+            self.loop.call_later(seconds, self._expired)
+
+    def _expired(self) -> None:
+        self._deadline = None
+        if not self.transport.is_closing():
+            LOG.debug(f"closed a connection from {self._peer}: no request within "
+                      f"{self._read_timeout} s")
+            self.transport.close()
+
+
 def guarded_protocol(limits: Limits):
     """uvicorn's h11 protocol with the connection caps and read deadlines of `limits`."""
     import h11
@@ -234,10 +269,10 @@ def guarded_protocol(limits: Limits):
     peers = PeerGate(allow=None, caps=Caps(connections=limits.max_connections,
                                            connections_per_peer=limits.max_per_peer))
 
-    class GuardedH11Protocol(H11Protocol):
+    class GuardedH11Protocol(_RequestDeadline, H11Protocol):
         _refused = True
-        _deadline: Optional[asyncio.TimerHandle] = None
-        _deadline_for: Any = None
+        _read_timeout = limits.read_timeout
+        _owing = (h11.IDLE, h11.SEND_BODY)
 
         def connection_made(self, transport) -> None:
             self._peer = str((transport.get_extra_info("peername") or ("?",))[0])
@@ -264,28 +299,6 @@ def guarded_protocol(limits: Limits):
         def on_response_complete(self) -> None:
             super().on_response_complete()
             self._track()
-
-        def _track(self) -> None:
-            """A deadline while the peer owes us a request's headers or body; none while
-            the app answers."""
-            state = self.conn.their_state
-            if state is self._deadline_for:
-                return
-            self._deadline_for = state
-            self._arm(limits.read_timeout if state in (h11.IDLE, h11.SEND_BODY) else None)
-
-        def _arm(self, seconds: Optional[float]) -> None:
-            if self._deadline is not None:
-                self._deadline.cancel()
-            self._deadline = None if seconds is None else \
-                self.loop.call_later(seconds, self._expired)
-
-        def _expired(self) -> None:
-            self._deadline = None
-            if not self.transport.is_closing():
-                LOG.debug(f"closed a connection from {self._peer}: no request within "
-                          f"{limits.read_timeout} s")
-                self.transport.close()
 
     return GuardedH11Protocol
 

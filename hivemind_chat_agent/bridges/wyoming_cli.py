@@ -18,10 +18,21 @@ def parse_uri(uri: str):
 
 
 def add_options(p):
-    """`hivemind-chat wyoming`'s options on top of the CLI's hub options."""
+    """`hivemind-chat wyoming`'s options on top of the CLI's hub options, in the order --help
+    lists them: where it listens and whom it admits, what it tells Home Assistant and how it
+    answers, then how it runs beside the hub."""
     p.prog = "hivemind-chat wyoming"
     p.description = ("Serve Home Assistant's Assist (its Wyoming Protocol integration) as a "
                      "conversation agent answered by the OVOS hub: each transcript is a turn.")
+    _add_admission_options(p)
+    _add_answer_options(p)
+    _add_running_options(p)
+    return p
+
+
+def _add_admission_options(p) -> None:
+    """Where it listens, who may connect (Wyoming has no authentication: an allow list) and
+    how much one peer and everyone may hold open, and for how long."""
     p.add_argument("--uri", default=DEFAULT_URI,
                    help=f"where to listen (default {DEFAULT_URI}; beyond loopback it needs "
                         "--allow-from)")
@@ -47,6 +58,11 @@ def add_options(p):
     p.add_argument("--read-timeout", type=serving.seconds_option, default=10.0, metavar="SECONDS",
                    help="once an event has begun, each of its reads (header line, data "
                         "block, payload) must complete within this (default 10)")
+
+
+def _add_answer_options(p) -> None:
+    """What Home Assistant is told the agent can do (languages, home control, mDNS) and how a
+    turn is answered (its session, streamed or whole)."""
     p.add_argument("--languages", nargs="*", default=[],
                    help="languages to advertise, e.g. en-US de-DE (default: all)")
     p.add_argument("--session-per-device", action="store_true",
@@ -65,6 +81,11 @@ def add_options(p):
     p.add_argument("--zeroconf", nargs="?", const="", metavar="NAME",
                    help="announce the service over mDNS (_wyoming._tcp) so Home Assistant "
                         "discovers it; needs the zeroconf package")
+
+
+def _add_running_options(p) -> None:
+    """How it runs beside the hub: the agent's churn spacing, its spare 4.x connections and
+    the Prometheus metrics endpoint."""
     p.add_argument("--churn-guard", type=float, default=None, metavar="SECONDS",
                    help="the agent's churn_guard (default 1): 0 for hubs whose answers come "
                         "from a persona or LLM rather than skills speaking with wait=True; "
@@ -82,7 +103,6 @@ def add_options(p):
                    help="on a HiveMind 4.x hub, keep N connections with the handshake done, "
                         "so a new conversation pays none (default 2; 0 to keep none); 5.x "
                         "hubs carry every conversation over one connection and need none")
-    return p
 
 
 def check_args(args) -> None:

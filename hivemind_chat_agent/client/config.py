@@ -94,22 +94,11 @@ class ClientConfig:
             port = host_port        # in a list, a hub's own port wins over `port`
         _check_ranges(timeout, connect_timeout, max_connections, shared, spares, idle_timeout,
                       store_max, store_ttl, churn_guard, max_frame, max_sessions, idle_ttl)
-        topic = config.get("utterance_topic") or None
-        if topic is not None and topic not in UTTERANCE_TOPICS:
-            raise ConfigurationError(f"utterance_topic must be one of {list(UTTERANCE_TOPICS)} "
-                                     "(or absent: whichever the hub allows)")
-        key_dir = config.get("noise_key_dir") or default_key_dir()
-        if not isinstance(key_dir, str):
-            raise ConfigurationError("noise_key_dir must be a directory path (or absent)")
-        store = config.get("session_store")
-        if store is not None and not isinstance(store, str):
-            raise ConfigurationError("session_store must be a directory path (or absent)")
+        topic = _utterance_topic(config)
+        key_dir, store = _directories(config)
         self_signed, ca_file = _tls_trust(config)
         key = str(config["key"])
-        default_sid = str(config.get("default_session_id") or default_session_id_for(key))
-        if default_sid == "default":
-            raise ConfigurationError('default_session_id cannot be "default": a hub drops '
-                                     "non-admin clients that use it")
+        default_sid = _default_session_id(config, key)
         if mqtt:   # one session per access key on such a hub: every session shares it
             shared, spares, config = 1, 0, {**config, "share_connections": True}
         return cls(host=host, port=port, key=key, password=str(config["password"]),
@@ -144,6 +133,38 @@ def _flag(config: Dict[str, Any], key: str, default: bool) -> bool:
     if text in _TRUE or text in _FALSE:
         return text in _TRUE
     raise ConfigurationError(f"{key} must be true or false, not {value!r}")
+
+
+def _utterance_topic(config: Dict[str, Any]) -> Optional[str]:
+    """`utterance_topic`: the topic every utterance is sent on, one of UTTERANCE_TOPICS; None
+    (absent or empty) leaves it to whichever the hub allows (core/refusals.py)."""
+    topic = config.get("utterance_topic") or None
+    if topic is not None and topic not in UTTERANCE_TOPICS:
+        raise ConfigurationError(f"utterance_topic must be one of {list(UTTERANCE_TOPICS)} "
+                                 "(or absent: whichever the hub allows)")
+    return topic
+
+
+def _directories(config: Dict[str, Any]) -> Tuple[str, Optional[str]]:
+    """`noise_key_dir` (where the Noise keys are kept, client/noise_keys.default_key_dir()
+    when absent) and `session_store` (where sessions are kept across runs, None: nowhere)."""
+    key_dir = config.get("noise_key_dir") or default_key_dir()
+    if not isinstance(key_dir, str):
+        raise ConfigurationError("noise_key_dir must be a directory path (or absent)")
+    store = config.get("session_store")
+    if store is not None and not isinstance(store, str):
+        raise ConfigurationError("session_store must be a directory path (or absent)")
+    return key_dir, store
+
+
+def _default_session_id(config: Dict[str, Any], key: str) -> str:
+    """`default_session_id`, else one derived from the access key (default_session_id_for);
+    never "default" itself: a hub drops a client that is not an admin and uses it."""
+    default_sid = str(config.get("default_session_id") or default_session_id_for(key))
+    if default_sid == "default":
+        raise ConfigurationError('default_session_id cannot be "default": a hub drops '
+                                 "non-admin clients that use it")
+    return default_sid
 
 
 def _tls_trust(config: Dict[str, Any]) -> Tuple[bool, Optional[str]]:

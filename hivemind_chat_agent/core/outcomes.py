@@ -4,7 +4,7 @@ and what becomes of the connection. Pure: the turn's `Ended` event and a few fac
 """
 from dataclasses import dataclass
 from enum import Enum
-from typing import Optional
+from typing import Dict, Optional, Tuple, Type
 
 from hivemind_chat_agent.core.turns import Ended, EndReason, Progress
 from hivemind_chat_agent.errors import (
@@ -60,29 +60,7 @@ def judge(event: Ended, *, spoke: bool, refusal: Optional[HiveMindChatError],
     if state is Progress.CANCELLED:
         return Outcome(TurnStatus.CANCELLED, reason=reason)
     if state is Progress.UNMATCHED:
-        if kind is EndReason.BUSY:
-            return Outcome(TurnStatus.FAILED, HubBusyError(
-                f"the hub is busy ({reason}); try again in a moment"), in_step=False)
-        if kind is EndReason.DRAINING:
-            return Outcome(TurnStatus.FAILED, HubDrainingError(
-                f"the hub is shutting down and did not run the turn ({reason}); try again in a "
-                "moment"), in_step=False, reason=reason)
-        if kind is EndReason.STORE_UNAVAILABLE:
-            return Outcome(TurnStatus.FAILED, ConversationStoreError(
-                f"the hub could not reach its conversation store, so the turn was not run "
-                f"({reason}); try again in a moment"), in_step=False)
-        if kind is EndReason.ID_TOO_LONG:
-            return Outcome(TurnStatus.FAILED, IdentifierTooLongError(
-                f"the hub refused the turn: {reason}"), in_step=False)
-        if kind is EndReason.BACKEND_UNAVAILABLE:
-            return Outcome(TurnStatus.FAILED, HubBackendUnavailableError(
-                f"the hub could not reach its OVOS messagebus, so the utterance was not "
-                f"handled ({reason}); try again in a moment"), in_step=False)
-        if kind in (EndReason.ENGINE_ERROR, EndReason.TIMEOUT):
-            return Outcome(TurnStatus.FAILED, HubEngineError(
-                f"the hub's chat engine failed on this turn ({reason}); the hub's log has the "
-                "details"), in_step=False)
-        return Outcome(TurnStatus.NOT_UNDERSTOOD, reason=reason)
+        return _unmatched(kind, reason)
     if terminated and state is Progress.ABORTED:
         return Outcome(TurnStatus.CANCELLED, in_step=False, reason=reason)
     if agent_closed:
@@ -100,15 +78,54 @@ def judge(event: Ended, *, spoke: bool, refusal: Optional[HiveMindChatError],
         return Outcome(TurnStatus.FAILED, refusal, in_step=False,
                        lost=kind is not EndReason.REFUSED, reason=reason)
     if state is Progress.LOST:
-        if kind is EndReason.TOO_LARGE:
-            error: HiveMindChatError = ReplyTooLargeError(reason)
-        elif kind is EndReason.TAMPERED:
-            error = ConnectionLostError(f"{reason}; the answer was not accepted")
-        else:
-            error = ConnectionLostError(
-                f"{reason}; the answer was lost. The next turn reconnects and the "
-                "conversation's session is kept")
-        return Outcome(TurnStatus.LOST, error, in_step=False, lost=kind is not EndReason.REFUSED,
-                       reason=reason)
+        return _lost(kind, reason)
     # ABORTED by us without a terminate (the reader stopped): the answer is cut short
     return Outcome(TurnStatus.CANCELLED, in_step=False, reason=reason)
+
+
+_ENGINE_FAILED = ("the hub's chat engine failed on this turn ({reason}); the hub's log has the "
+                  "details")
+# why the hub ran no turn, or its engine failed on it: the caller's typed error and what it says
+_FAILED_UNMATCHED: Dict[EndReason, Tuple[Type[HiveMindChatError], str]] = {
+    EndReason.BUSY: (HubBusyError, "the hub is busy ({reason}); try again in a moment"),
+    EndReason.DRAINING: (HubDrainingError, "the hub is shutting down and did not run the turn "
+                                           "({reason}); try again in a moment"),
+    EndReason.STORE_UNAVAILABLE: (ConversationStoreError, "the hub could not reach its "
+                                  "conversation store, so the turn was not run ({reason}); try "
+                                  "again in a moment"),
+    EndReason.ID_TOO_LONG: (IdentifierTooLongError, "the hub refused the turn: {reason}"),
+    EndReason.BACKEND_UNAVAILABLE: (HubBackendUnavailableError, "the hub could not reach its "
+                                    "OVOS messagebus, so the utterance was not handled "
+                                    "({reason}); try again in a moment"),
+    EndReason.ENGINE_ERROR: (HubEngineError, _ENGINE_FAILED),
+    EndReason.TIMEOUT: (HubEngineError, _ENGINE_FAILED),
+}
+
+
+def _unmatched(kind: EndReason, reason: str) -> Outcome:
+    """A turn the hub ended unmatched: its reason (`kind`) says whether the hub refused the
+    turn (busy, draining, no store, an id too long, no OVOS bus) or its engine failed, each a
+    typed error and the connection out of step; otherwise nothing understood the utterance.
+    Of the failures only a draining hub's keeps its `reason` on the Outcome."""
+    failed = _FAILED_UNMATCHED.get(kind)
+    if failed is None:
+        return Outcome(TurnStatus.NOT_UNDERSTOOD, reason=reason)
+    error_type, says = failed
+    return Outcome(TurnStatus.FAILED, error_type(says.format(reason=reason)), in_step=False,
+                   reason=reason if kind is EndReason.DRAINING else "")
+
+
+def _lost(kind: EndReason, reason: str) -> Outcome:
+    """The connection was lost during the turn and no typed refusal of the hub's explains it:
+    a reply too large, a tampered frame, or a dropped connection (the answer is lost, the
+    session kept). The connection is to be dropped unless `kind` is the hub's REFUSED."""
+    if kind is EndReason.TOO_LARGE:
+        error: HiveMindChatError = ReplyTooLargeError(reason)
+    elif kind is EndReason.TAMPERED:
+        error = ConnectionLostError(f"{reason}; the answer was not accepted")
+    else:
+        error = ConnectionLostError(
+            f"{reason}; the answer was lost. The next turn reconnects and the "
+            "conversation's session is kept")
+    return Outcome(TurnStatus.LOST, error, in_step=False, lost=kind is not EndReason.REFUSED,
+                   reason=reason)

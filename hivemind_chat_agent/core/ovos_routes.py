@@ -1,6 +1,7 @@
 """The OVOS mode's routing decisions, without I/O: what a satellite's message becomes on the
 local OVOS messagebus, which satellite a bus message goes back to (and under which session id),
-and the bounds and fairness between satellites.
+and the bounds and fairness between satellites (what is kept of a session and connection, and
+the rewrites both ways: core/ovos_sessions.py).
 
 The hub plugin in OVOS mode (hub/ovos_mode.py) stands where hivemind-ovos-agent-plugin stands:
 between hivemind-core's satellites and ovos-core's messagebus. Its shell identifies the sender
@@ -30,12 +31,18 @@ if that peer is gone but the session is still followed, it goes to the connectio
 session last, which is the same satellite (same access key, same declared session).
 """
 from collections import OrderedDict, deque
-from dataclasses import dataclass, field
-from typing import Any, Callable, Deque, Dict, List, Optional, Set
+from dataclasses import dataclass
+from typing import Any, Callable, Deque, Dict, List, Optional
 
 from hivemind_chat_agent.core.health import STOPPED, TIMED_OUT
 from hivemind_chat_agent.core.ovos_outcomes import UtteranceOutcomes
 from hivemind_chat_agent.core.ovos_replies import is_twin
+from hivemind_chat_agent.core.ovos_sessions import (
+    FollowedSession,
+    SatelliteConnection,
+    for_bus,
+    for_satellite,
+)
 from hivemind_chat_agent.core.protocol_names import (
     ANSWER_TAKEN_SUFFIX,
     HANDLED_TYPE,
@@ -44,8 +51,6 @@ from hivemind_chat_agent.core.protocol_names import (
 )
 from hivemind_chat_agent.core.turns import EndReason
 
-NAMES_PER_CONNECTION = 8   # peer names a connection is known by (a HELLO renames it)
-RECENT_FRAMES = 16   # first frames of one session whose twin may still come (utterances in flight)
 SWEEP_EVERY = 1.0          # seconds between looks for expired sessions and in-flight entries
 
 
@@ -94,25 +99,6 @@ class Refusal:
     why: str
 
 
-@dataclass
-class _Session:
-    client: str
-    declared: str
-    last_seen: float
-    last_conn: str = ""
-    # the last unmarked frames routed, each until its twin came (core/ovos_replies.is_twin)
-    recent_frames: Deque[str] = field(default_factory=lambda: deque(maxlen=RECENT_FRAMES))
-    in_flight: Deque[Any] = field(default_factory=deque)   # (sent at, Outbound), oldest first
-
-
-@dataclass
-class _Connection:
-    client: str
-    handle: Any
-    names: "OrderedDict[str, None]" = field(default_factory=OrderedDict)
-    sessions: Set[str] = field(default_factory=set)
-
-
 class OvosRoutes:
     """The routing table and queues of the OVOS mode. Thread-safe by its caller: the shell
     holds one lock around every call (IO loop, bus thread and sender thread all use it)."""
@@ -126,9 +112,9 @@ class OvosRoutes:
         self.bus_up = False
         self.down_why = BUS_DOWN_WHY     # what a refused utterance is told while not bus_up
         self._next_sweep = 0.0
-        self._sessions: Dict[str, _Session] = {}
+        self._sessions: Dict[str, FollowedSession] = {}
         self._of_client: Dict[str, "OrderedDict[str, None]"] = {}   # least recent first
-        self._connections: Dict[str, _Connection] = {}
+        self._connections: Dict[str, SatelliteConnection] = {}
         self._conn_of_peer: Dict[str, str] = {}
         self._queues: "OrderedDict[str, Deque[Outbound]]" = OrderedDict()   # round robin
 
@@ -152,7 +138,7 @@ class OvosRoutes:
             if refusal:
                 return refusal
         self._follow(sender, now)
-        outbound = Outbound(self._for_bus(sender, message), sender, is_utterance)
+        outbound = Outbound(for_bus(message, sender.session_id), sender, is_utterance)
         queue = self._queues.setdefault(sender.client, deque())
         if message.get("type") in STOP_TYPES:
             queue.appendleft(outbound)     # a barge-in overtakes the client's own backlog
@@ -176,19 +162,10 @@ class OvosRoutes:
                                            "still being handled by OVOS")
         return None
 
-    def _for_bus(self, sender: Satellite, message: Dict[str, Any]) -> Dict[str, Any]:
-        context = dict(message.get("context") or {})
-        session = context.get("session")
-        session = dict(session) if isinstance(session, dict) else {}
-        session["session_id"] = sender.session_id
-        context["session"] = session
-        return {"type": message.get("type"), "data": message.get("data") or {},
-                "context": context}
-
     def _follow(self, sender: Satellite, now: float) -> None:
         session = self._sessions.get(sender.session_id)
         if session is None:
-            session = self._sessions[sender.session_id] = _Session(
+            session = self._sessions[sender.session_id] = FollowedSession(
                 sender.client, sender.declared_session, now)
         session.last_seen, session.last_conn = now, sender.conn
         recent = self._of_client.setdefault(sender.client, OrderedDict())
@@ -198,13 +175,12 @@ class OvosRoutes:
             self._forget_session(next(iter(recent)))
         conn = self._connections.get(sender.conn)
         if conn is None:
-            conn = self._connections[sender.conn] = _Connection(sender.client, sender.handle)
+            conn = self._connections[sender.conn] = SatelliteConnection(sender.client,
+                                                                        sender.handle)
         conn.sessions.add(sender.session_id)
         if sender.peer not in conn.names:
-            conn.names[sender.peer] = None
             self._conn_of_peer[sender.peer] = sender.conn
-            while len(conn.names) > NAMES_PER_CONNECTION:
-                old, _ = conn.names.popitem(last=False)
+            for old in conn.known_as(sender.peer):
                 if self._conn_of_peer.get(old) == sender.conn:
                     del self._conn_of_peer[old]
 
@@ -301,7 +277,7 @@ class OvosRoutes:
         return [self._delivery(conn, message, followed) for conn in conns]
 
     def _named_connections(self, peers: List[Any],
-                           followed: Optional[_Session]) -> List[str]:
+                           followed: Optional[FollowedSession]) -> List[str]:
         named, gone = [], False
         for peer in peers:
             if not isinstance(peer, str) or "::" not in peer:
@@ -320,22 +296,19 @@ class OvosRoutes:
         return named
 
     def _delivery(self, conn: str, message: Dict[str, Any],
-                  followed: Optional[_Session]) -> Delivery:
+                  followed: Optional[FollowedSession]) -> Delivery:
         connection = self._connections[conn]
-        context = dict(message["context"])
-        context["destination"] = next(reversed(connection.names))
-        if followed is not None:
-            context["session"] = dict(context["session"], session_id=followed.declared)
-        return Delivery(connection.handle, context["destination"],
-                        {"type": message.get("type"), "data": message.get("data") or {},
-                         "context": context})
+        destination = connection.current_name
+        declared = followed.declared if followed is not None else None
+        return Delivery(connection.handle, destination,
+                        for_satellite(message, destination, declared))
 
     def _handled(self, sid: str, outcome: Optional[str] = None) -> None:
         session = self._sessions.get(sid)
         if session is not None and session.in_flight:
             self._end_oldest(sid, session, outcome)
 
-    def _end_oldest(self, sid: str, session: _Session, outcome: Optional[str]) -> None:
+    def _end_oldest(self, sid: str, session: FollowedSession, outcome: Optional[str]) -> None:
         sent_at, _ = session.in_flight.popleft()
         self.outcomes.ended(sid, sent_at, self.now(), outcome)
 

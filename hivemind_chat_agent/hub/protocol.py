@@ -43,6 +43,7 @@ from hivemind_chat_agent.errors import (
 from hivemind_chat_agent.hub.agent_bus import AgentBus
 from hivemind_chat_agent.hub.asides import Asides
 from hivemind_chat_agent.hub.connections import close_connection, connection_client
+from hivemind_chat_agent.hub.conversation_store import ConversationStore
 from hivemind_chat_agent.hub.dialects import install_dialects, send_reply
 from hivemind_chat_agent.hub.draining import (
     DRAINING_SPEECH,
@@ -82,20 +83,8 @@ class ChatAgentProtocol(AgentProtocol):
     def __init__(self, config: Optional[Dict[str, Any]] = None, bus=None, hm_protocol=None,
                  callbacks: Optional[ClientCallbacks] = None, engine: Optional[ChatEngine] = None,
                  clock: Optional[Clock] = None):
-        callbacks = dataclasses.replace(callbacks or ClientCallbacks())   # not the caller's
-        core_on_connect, core_on_disconnect = callbacks.on_connect, callbacks.on_disconnect
-
-        def on_connect(client: Any) -> None:
-            self.drainer.connected(client, loop_here(self.own_loop))
-            compat.mqtt_writes_on_its_thread(client)   # paho's writes on one thread (MQTT)
-            core_on_connect(client)
-
-        def on_disconnect(client: Any) -> None:
-            self._on_connection_closed(client)
-            core_on_disconnect(client)
-        callbacks.on_connect, callbacks.on_disconnect = on_connect, on_disconnect
         super().__init__(config=dict(config or {}), bus=bus or AgentBus(),
-                         hm_protocol=hm_protocol, callbacks=callbacks)
+                         hm_protocol=hm_protocol, callbacks=self._with_connection_hooks(callbacks))
         if engine is not None:
             self.config.setdefault("engine", type(engine).__name__)
         self.settings = HubSettings.from_dict(self.config)
@@ -114,22 +103,8 @@ class ChatAgentProtocol(AgentProtocol):
         self.open_turns = OpenTurns(on_removed=lambda turn: self.drainer.turn_ended(turn.client))
         self._draining = threading.Event()
         self._serving = True
-        self.metrics: NoMetrics = NO_METRICS
-        if self.settings.health:
-            from hivemind_chat_agent.extras import require
-            require("metrics", f'the "health" endpoint of {PLUGIN_NAME}')
-            self.metrics = HubMetrics(sessions=lambda: len(self.satellites),
-                                      satellites=connections(lambda: self.clients),
-                                      in_flight=lambda: len(self.open_turns))
-        self.store = open_store(self.settings.conversation_store, self.settings.history_turns,
-                                self.settings.history_bytes, self.settings.session_ttl,
-                                data_home=lambda: str(xdg_data_home()),   # beside core's db
-                                max_sessions_per_client=self.settings.max_sessions_per_client,
-                                max_turn_records_per_client=(
-                                    self.settings.max_turn_records_per_client),
-                                durable=self.settings.store_durable)
-        if self.settings.health:
-            self.store = TimedStore(self.store, self.metrics)
+        self.metrics = self._hub_metrics()
+        self.store = self._open_store()
         self.asides = Asides(self.engine, self.send)
         self.satellites = SatelliteBook(self.settings, self.clock, self.store, self.asides,
                                         self.engine)
@@ -144,6 +119,50 @@ class ChatAgentProtocol(AgentProtocol):
         # with the connection object first, and that names every session it used
         self.health: Optional[HealthServer] = self._start_health()
         drain_at_exit(self)
+
+    def _with_connection_hooks(self, callbacks: Optional[ClientCallbacks]) -> ClientCallbacks:
+        """A copy of hivemind-core's callbacks (the caller's stay as they are) whose
+        on_connect first tells the drainer (and keeps an MQTT connection's writes on one
+        thread) and whose on_disconnect first lets the plugin forget the connection
+        (`_on_connection_closed`); each then calls core's own."""
+        callbacks = dataclasses.replace(callbacks or ClientCallbacks())
+        core_on_connect, core_on_disconnect = callbacks.on_connect, callbacks.on_disconnect
+
+        def on_connect(client: Any) -> None:
+            self.drainer.connected(client, loop_here(self.own_loop))
+            compat.mqtt_writes_on_its_thread(client)   # paho's writes on one thread (MQTT)
+            core_on_connect(client)
+
+        def on_disconnect(client: Any) -> None:
+            self._on_connection_closed(client)
+            core_on_disconnect(client)
+        callbacks.on_connect, callbacks.on_disconnect = on_connect, on_disconnect
+        return callbacks
+
+    def _hub_metrics(self) -> NoMetrics:
+        """The hub's Prometheus metrics when the health endpoint is on (the [metrics] extra,
+        said by name if missing), else the no-op ones. Read lazily: the counts they report
+        (sessions, connections, open turns) are filled in later."""
+        if not self.settings.health:
+            return NO_METRICS
+        from hivemind_chat_agent.extras import require
+        require("metrics", f'the "health" endpoint of {PLUGIN_NAME}')
+        return HubMetrics(sessions=lambda: len(self.satellites),
+                          satellites=connections(lambda: self.clients),
+                          in_flight=lambda: len(self.open_turns))
+
+    def _open_store(self) -> ConversationStore:
+        """The conversation store the settings name, bounded per client, its operations timed
+        on the metrics when the health endpoint is on."""
+        store = open_store(self.settings.conversation_store, self.settings.history_turns,
+                           self.settings.history_bytes, self.settings.session_ttl,
+                           data_home=lambda: str(xdg_data_home()),   # beside core's db
+                           max_sessions_per_client=self.settings.max_sessions_per_client,
+                           max_turn_records_per_client=self.settings.max_turn_records_per_client,
+                           durable=self.settings.store_durable)
+        if self.settings.health:
+            store = TimedStore(store, self.metrics)
+        return store
 
     # ---- health (hub/health_server.py, docs/metrics.md) ----
     def _start_health(self) -> Optional[HealthServer]:
