@@ -4,7 +4,7 @@ ovos-utils' `FakeBus`, the usual default, also stores the Session of every messa
 in `SessionManager`, under whatever id the satellite declared: entries that never expire, and a
 satellite declaring another one's engine session id would overwrite that Session mid-turn. Here
 handlers run in registration order on the emitting thread (hivemind-core's IO loop), and that is
-all.
+all. `SatelliteInbox`, the OVOS mode's (hub/ovos_mode.py), then hands every message to its sink.
 """
 import threading
 from collections import defaultdict
@@ -57,3 +57,21 @@ class AgentBus:
     def close(self) -> None:
         with self._lock:
             self._handlers.clear()
+
+
+class SatelliteInbox(AgentBus):
+    """The bus hivemind-core hands satellites' messages to in OVOS mode: handlers by type, as
+    AgentBus (hivemind-core's own status handlers register there), then every message to
+    `sink`, on the emitting thread (the IO loop)."""
+
+    def __init__(self, sink):
+        super().__init__()
+        self.sink = sink
+
+    def emit(self, message) -> None:
+        super().emit(message)
+        try:
+            self.sink(message)
+        except Exception as e:   # one message's bug must not stop the hub's IO loop
+            LOG.error(f"OVOS mode: {getattr(message, 'msg_type', '?')} raised "
+                      f"{type(e).__name__}: {shown(str(e), 200, quote=False)}")

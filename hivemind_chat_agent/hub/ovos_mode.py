@@ -47,7 +47,7 @@ from hivemind_chat_agent.core.protocol_names import UTTERANCE_TYPES
 from hivemind_chat_agent.core.skills_readiness import ANSWER_TYPE, NOT_READY_WHY, SkillsReadiness
 from hivemind_chat_agent.core.turns import EndReason
 from hivemind_chat_agent.errors import IdentifierTooLongError
-from hivemind_chat_agent.hub.agent_bus import AgentBus
+from hivemind_chat_agent.hub.agent_bus import SatelliteInbox
 from hivemind_chat_agent.hub.connections import (
     close_connection,
     connection_client,
@@ -69,24 +69,6 @@ CORE_NOTICE_PREFIX = "hive."
 LOOP_ATTRIBUTE = "_hivemind_chat_reply_loop"   # set on hivemind-core's connection object
 ANSWER_MARKERS = (f'"{ANSWER_TYPE}"'.encode(), f'"{ANSWER_TYPE}"')   # bytes, str frames
 LOST_WHY = "the hub lost its OVOS messagebus before the utterance was handled"
-
-
-class SatelliteInbox(AgentBus):
-    """The bus hivemind-core hands satellites' messages to in OVOS mode: handlers by type, as
-    AgentBus (hivemind-core's own status handlers register there), then every message to
-    `sink`, on the emitting thread (the IO loop)."""
-
-    def __init__(self, sink):
-        super().__init__()
-        self.sink = sink
-
-    def emit(self, message) -> None:
-        super().emit(message)
-        try:
-            self.sink(message)
-        except Exception as e:   # one message's bug must not stop the hub's IO loop
-            LOG.error(f"OVOS mode: {getattr(message, 'msg_type', '?')} raised "
-                      f"{type(e).__name__}: {shown(str(e), 200, quote=False)}")
 
 
 class OVOSModeProtocol(AgentProtocol):
