@@ -5,9 +5,11 @@ without; turns go to them in turn (one agent each, the order rotating), so all s
 machine. The figure is the hubs' CPU time per turn (/proc), which the machine's other work
 moves far less than latencies: the two "on" hubs' against the two "off" hubs'. Two hubs of a
 kind measure the noise between processes doing the same (printed beside the ratio: a ratio
-within it says nothing); the turn latencies are printed, not graded.
+within it says nothing); the turn latencies are printed, not graded. The hubs start in the
+order on, off, off, on (START_ORDER): where a hub was started moves its CPU a turn by more than
+the metrics do, and `--control` (all four off) shows what is left of that.
 
-    python benchmarks/bench_metrics.py [--turns 2000] [--scrape-every 1.0]
+    python benchmarks/bench_metrics.py [--turns 2000] [--scrape-every 1.0] [--control]
 """
 import argparse
 import http.client
@@ -28,6 +30,10 @@ from report import Table, cpu_seconds, ms  # noqa: E402
 from hivemind_chat_agent import HiveMindChatAgent  # noqa: E402
 
 LOG.set_level("ERROR")
+# started, and given their agents, in this order: A B B A. With all four hubs alike
+# (`--control`), the first two started used 2.4-2.6 % more CPU a turn than the last two, so
+# on-on-off-off measured that as the metrics' cost.
+START_ORDER = ("on-a", "off-a", "off-b", "on-b")
 TABLE = Table((46, 14, 34, 16))
 
 
@@ -53,11 +59,15 @@ def main():
     parser.add_argument("--turns", type=int, default=2000)
     parser.add_argument("--scrape-every", type=float, default=1.0,
                         help="seconds between scrapes of each 'on' hub (0: none)")
+    parser.add_argument("--control", action="store_true",
+                        help="all four hubs with metrics off: what the figure is with nothing "
+                             "to measure (the hubs' positions and the machine's noise)")
     args = parser.parse_args()
     ports = {name: free_port() for name in ("on-a", "on-b")}
+    measured = () if args.control else ports
     hubs = {name: HubProcess(plugin_config(**({"health": f"127.0.0.1:{ports[name]}"}
-                                              if name in ports else {}))).start()
-            for name in ("on-a", "on-b", "off-a", "off-b")}
+                                              if name in measured else {}))).start()
+            for name in START_ORDER}
     agents, stop = {}, threading.Event()
     try:
         agents = {name: HiveMindChatAgent(hub.add_client().agent_config(timeout=30))
@@ -65,7 +75,7 @@ def main():
         for _ in range(50):                        # connections open, every path warm
             for agent in agents.values():
                 agent.get_response("hello", session_id="warm")
-        for port in ports.values() if args.scrape_every > 0 else ():
+        for port in ports.values() if args.scrape_every > 0 and measured else ():
             scraping(port, stop, args.scrape_every)
         names = list(hubs)
         times = {name: [] for name in hubs}
@@ -88,7 +98,8 @@ def main():
         print(TABLE._line("  turn latency, median", ms(latency["on"]),
                           f"off {ms(latency['off'])}, load {os.getloadavg()[0]:.1f}",
                           "(not graded)", "-"))
-        print(f"ratio {on / off:.3f}x; between two hubs of a kind up to {noise:.3f}x")
+        print(f"ratio {on / off:.3f}x; between two hubs of a kind up to {noise:.3f}x"
+              + ("; --control: all four hubs had metrics off" if args.control else ""))
     finally:
         stop.set()
         for agent in agents.values():

@@ -49,13 +49,21 @@ def main():
                         help="also history in memory, and Redis without history")
     parser.add_argument("--store", choices=("redis", "sentinel"), default="redis",
                         help="the measured hub's store: one redis-server, or Redis Sentinel")
+    parser.add_argument("--control", action="store_true",
+                        help="the measured hub as the baseline (history off, memory store): "
+                             "what the ratio is with nothing to measure")
+    parser.add_argument("--measured-first", action="store_true",
+                        help="start the measured hub before the baseline")
     args = parser.parse_args()
     redis = (SentinelSet if args.store == "sentinel" else RedisServer)(
         tempfile.mkdtemp(prefix="bench-redis-")).start()
     print(f"measured store: {redis.url}; load average {os.getloadavg()[0]:.1f} before")
+    measured = plugin_config(history_turns=0) if args.control else \
+        plugin_config(history_turns=10, conversation_store=redis.url)
     hubs = {"baseline": HubProcess(plugin_config(history_turns=0)),
-            "history+redis": HubProcess(plugin_config(history_turns=10,
-                                                      conversation_store=redis.url))}
+            "history+redis": HubProcess(measured)}
+    if args.measured_first:
+        hubs = dict(reversed(list(hubs.items())))
     if args.diagnose:   # where the difference goes (not graded)
         hubs["history+memory"] = HubProcess(plugin_config(history_turns=10))
         hubs["redis, no history"] = HubProcess(plugin_config(history_turns=0,
