@@ -26,6 +26,21 @@ HUB_FIXTURES = {"generation", "hub", "creds", "own_hub", "chat_hub", "sat_a", "s
 _OWN_BASETEMP = []   # the temporary folder this run made for itself, if it made one
 
 
+def deliver_ctrl_c():
+    """Tests press Ctrl-C (a real SIGINT to this process, or to a CLI in a pseudo-terminal), so
+    SIGINT must be delivered. A runner started in the background of a script (`cmd &` without
+    job control) inherits SIGINT ignored, Python then installs no KeyboardInterrupt, and every
+    child keeps it ignored across exec: all five Ctrl-C tests failed in such a run while the
+    code was fine. Handing SIGINT back to Python's own handler here also lets the children get
+    the default again (a handler, unlike an ignored signal, does not survive exec)."""
+    import signal
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+deliver_ctrl_c()
+
+
 def pytest_configure(config):
     """Each run gets a temporary folder of its own. pytest's numbered folders
     (/tmp/pytest-of-<user>/pytest-N) are shared by every run of the user, and a run that
