@@ -7,6 +7,7 @@ Skills used: hello-world ("hello world" speaks with wait=True), alerts ("set an 
 the time with get_response), parrot ("start parrot" converses: it repeats what follows), the
 unknown fallback.
 """
+import contextlib
 import json
 import os
 import subprocess
@@ -243,7 +244,22 @@ def test_barge_in_stops_a_genuine_skill_mid_answer(ovos_creds, make_agent):
     sub.close()
 
 
-def test_home_assistant_through_wyoming_greets_and_asks_over_two_transcripts(ovos_creds,
+@contextlib.contextmanager
+def hub_logs_on_failure(ovos, chars=6000):
+    """A failure inside the block carries what the hub's processes logged meanwhile (the end of
+    each, as notes of the exception): the hub's home goes with the module, and a rare failure
+    (one in a whole suite's run) without its logs cannot be traced to its cause."""
+    offsets = {name: ovos.log_size(name) for name in ("hivemind", "core")}
+    try:
+        yield
+    except BaseException as failure:
+        for name, offset in offsets.items():
+            failure.add_note(f"--- the hub's {name} log meanwhile (its last {chars} chars) ---\n"
+                             + ovos.log_since(name, offset)[-chars:])
+        raise
+
+
+def test_home_assistant_through_wyoming_greets_and_asks_over_two_transcripts(ovos, ovos_creds,
                                                                           make_agent):
     """Assist's turns as Home Assistant sends them (one connection each): a skill's question is
     answered by the next transcript of that conversation, and another conversation meanwhile
@@ -252,15 +268,16 @@ def test_home_assistant_through_wyoming_greets_and_asks_over_two_transcripts(ovo
     from wyoming.handle import Handled
     server = Server(make_agent(ovos_creds.agent_config(timeout=30)))
     try:
-        hello = turn(server.port, "hello world", conversation_id="ha-greet")
-        assert isinstance(hello, Handled) and hello.text == "Hello world"
-        question = turn(server.port, "set an alarm", conversation_id="ha-alarm")
-        assert isinstance(question, Handled) and "time" in question.text.lower(), question
-        other = turn(server.port, "hello world", conversation_id="ha-other")
-        assert other.text == "Hello world"          # not taken as the alarm's time
-        answer = turn(server.port, "in five hours", conversation_id="ha-alarm")
-        assert isinstance(answer, Handled), answer
-        assert "alarm is set for" in answer.text.lower() and "five hours" in answer.text
+        with hub_logs_on_failure(ovos):
+            hello = turn(server.port, "hello world", conversation_id="ha-greet")
+            assert isinstance(hello, Handled) and hello.text == "Hello world"
+            question = turn(server.port, "set an alarm", conversation_id="ha-alarm")
+            assert isinstance(question, Handled) and "time" in question.text.lower(), question
+            other = turn(server.port, "hello world", conversation_id="ha-other")
+            assert other.text == "Hello world"          # not taken as the alarm's time
+            answer = turn(server.port, "in five hours", conversation_id="ha-alarm")
+            assert isinstance(answer, Handled), answer
+            assert "alarm is set for" in answer.text.lower() and "five hours" in answer.text
     finally:
         server.stop()
 
