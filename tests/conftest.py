@@ -1,6 +1,7 @@
 import logging
 import os
 import shutil
+import signal
 import sys
 import tempfile
 
@@ -33,7 +34,6 @@ def deliver_ctrl_c():
     child keeps it ignored across exec: all five Ctrl-C tests failed in such a run while the
     code was fine. Handing SIGINT back to Python's own handler here also lets the children get
     the default again (a handler, unlike an ignored signal, does not survive exec)."""
-    import signal
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
