@@ -29,7 +29,8 @@ Each entry: the library and versions it targets, why, and the upstream fix that 
   thread) is charged to its
   connection's share of the IO loop (core/loop_share.py); a connection over its share has its
   next frame read later (tornado waits for `on_message`'s awaitable), so one satellite's flood
-  cannot hold up the others' frames. Fix: a per-connection read budget in hivemind-core.
+  cannot hold up the others' frames; a connection refused `busy` has its next frame read a
+  little later too (`hold_reads`). Fix: a per-connection read budget in hivemind-core.
 - `paho_writes_on_loop_thread`: paho-mqtt 2.x `Client._thread`. A publish from a thread other
   than the one running `loop()` writes to the socket at once, while the loop thread may be
   reading it: over mqtts:// two threads then share one OpenSSL object (a lost connection in a
@@ -270,6 +271,17 @@ def charge_loop_time(connection: Any, seconds: float) -> None:
         allowance.charge(seconds)
 
 
+def hold_reads(connection: Any, seconds: float) -> bool:
+    """IO loop, while `connection`'s frame is handled: read its next frame `seconds` later at
+    the earliest (core/loop_share.LoopAllowance.hold). False where its reads are not paced
+    (another transport, or pacing off): nothing is put off."""
+    allowance = getattr(connection, _ALLOWANCE, None)
+    if allowance is None:
+        return False
+    allowance.hold(seconds)
+    return True
+
+
 def paced(on_message: Callable[[Any, Any], Any], share: float, burst: float,
           clock: Callable[[], float] = time.monotonic,
           cpu: Callable[[], float] = time.thread_time) -> Callable[[Any, Any], Any]:
@@ -281,18 +293,18 @@ def paced(on_message: Callable[[Any, Any], Any], share: float, burst: float,
     from hivemind_chat_agent.core.loop_share import LoopAllowance
 
     def wrapped(handler, message):
-        started = cpu()
-        result = on_message(handler, message)
-        if result is not None:       # a handler that awaits by itself: left to its pace
-            return result
         owner = getattr(handler, "client", None) or handler
         allowance = getattr(owner, _ALLOWANCE, None)
-        if allowance is None:
+        if allowance is None:       # made first: the plugin may `hold_reads` at this frame
             allowance = LoopAllowance(share, burst, clock)
             try:
                 setattr(owner, _ALLOWANCE, allowance)
             except AttributeError:
-                return None
+                allowance = None
+        started = cpu()
+        result = on_message(handler, message)
+        if result is not None or allowance is None:   # a handler that awaits by itself
+            return result
         allowance.charge(cpu() - started)
         pause = allowance.pause()
         return asyncio.sleep(pause) if pause > 0 else None

@@ -7,7 +7,12 @@ import pytest
 from fake_clock import FakeClock
 
 from hivemind_chat_agent import compat
-from hivemind_chat_agent.core.loop_share import MAX_PAUSE, LoopAllowance, loop_pacing
+from hivemind_chat_agent.core.loop_share import (
+    MAX_PAUSE,
+    REFUSAL_PAUSE,
+    LoopAllowance,
+    loop_pacing,
+)
 from hivemind_chat_agent.errors import ConfigurationError
 
 
@@ -94,3 +99,35 @@ def test_both_modes_read_the_pacing_with_their_other_settings():
                              (OvosModeSettings, {"loop_burst": -1})):
         with pytest.raises(ConfigurationError, match="loop_share"):
             settings.from_dict(config)
+
+
+def test_a_refused_connections_next_read_waits_whatever_its_balance():
+    clock = FakeClock()
+    refused = []
+
+    def on_message(handler, message):       # the plugin refuses the frame `busy`
+        if message == "refused":
+            refused.append(compat.hold_reads(handler.client, REFUSAL_PAUSE))
+    wrapped = compat.paced(on_message, share=0.25, burst=1.0, clock=clock.now,
+                           cpu=clock.now)
+    flooder, other = Handler(), Handler()
+    pause = wrapped(flooder, "refused")        # its first frame: the allowance is there
+    assert refused == [True]
+    assert pause.cr_frame.f_locals["delay"] == pytest.approx(REFUSAL_PAUSE)
+    pause.close()
+    assert wrapped(other, "accepted") is None
+    clock.advance(REFUSAL_PAUSE)
+    assert wrapped(flooder, "accepted") is None
+    assert compat.hold_reads(Connection(), REFUSAL_PAUSE) is False    # never paced
+
+
+def test_a_hold_is_bounded_and_adds_to_no_debt():
+    clock = FakeClock()
+    allowance = LoopAllowance(share=0.25, burst=1.0, now=clock.now)
+    allowance.hold(60.0)
+    assert allowance.pause() == MAX_PAUSE
+    allowance.charge(1.5)                   # 0.5 s of debt: 2 s to repay
+    clock.advance(4.0)
+    assert allowance.pause() == pytest.approx(1.0)    # the hold's rest, not the debt's
+    clock.advance(1.0)
+    assert allowance.pause() == 0.0

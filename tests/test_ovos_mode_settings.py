@@ -35,6 +35,15 @@ def test_bounds_are_checked():
     assert OvosModeSettings.from_dict({}).bus == DEFAULT_BUS
 
 
+def test_probation_defaults_turns_off_and_says_what_to_write():
+    assert OvosModeSettings.from_dict({}).probation == (2.0, 0.5)
+    assert OvosModeSettings.from_dict({"probation_seconds": 0,
+                                       "probation_share": 0.25}).probation == (0.0, 0.25)
+    for bad in ({"probation_seconds": -1}, {"probation_share": 0}, {"probation_share": 2}):
+        with pytest.raises(ConfigurationError, match="probation"):
+            OvosModeSettings.from_dict(bad)
+
+
 def test_the_example_server_config_is_an_ovos_mode_config():
     with open(os.path.join(CONFIG, "server-ovos.json")) as f:
         section = json.load(f)["agent_protocol"]

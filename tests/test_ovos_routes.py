@@ -4,6 +4,7 @@ and failures for utterances the bus cannot take."""
 import pytest
 from fake_clock import FakeClock
 
+from hivemind_chat_agent.core.ovos_probation import Probation
 from hivemind_chat_agent.core.ovos_replies import failure_replies
 from hivemind_chat_agent.core.ovos_routes import (
     OvosRoutes,
@@ -39,11 +40,15 @@ def clock():
     return FakeClock(100.0)
 
 
+LIMITS = RouteLimits(max_queued_per_client=4, max_in_flight_per_session=2,
+                     max_in_flight_per_client=3, in_flight_timeout=60,
+                     max_sessions_per_client=2, session_ttl=600)
+
+
 @pytest.fixture
 def routes(clock):
-    r = OvosRoutes(RouteLimits(max_queued_per_client=4, max_in_flight_per_session=2,
-                               max_in_flight_per_client=3, in_flight_timeout=60,
-                               max_sessions_per_client=2, session_ttl=600), clock.now)
+    """The bounds alone (no probation after a refusal: its tests make their own)."""
+    r = OvosRoutes(LIMITS, clock.now, probation=Probation(seconds=0))
     r.bus_connected()
     return r
 
@@ -303,3 +308,65 @@ def test_a_dialog_of_questions_and_answers_never_piles_up_in_flight(routes):
         drain(routes)
         routes.route(reply(a, msg_type="ovos-skill-alerts.openvoiceos.converse.get_response"))
         routes.route(reply(a, msg_type="ovos.utterance.handled"))          # the question's
+
+
+# ---- probation (core/ovos_probation.py) ----
+@pytest.fixture
+def on_trial(clock):
+    r = OvosRoutes(LIMITS, clock.now, probation=Probation(seconds=2.0, share=0.5))
+    r.bus_connected()
+    return r
+
+
+def handled(routes, sat, clock, took):
+    drain(routes)
+    clock.advance(took)
+    routes.route(reply(sat, msg_type="ovos.utterance.handled"))
+
+
+def test_a_satellite_that_waits_for_its_answers_is_never_on_probation(on_trial, clock):
+    a = satellite("a")
+    for _ in range(20):          # back to back, each sent once the last is handled
+        assert on_trial.accept(a, utterance(a)) is None
+        handled(on_trial, a, clock, 0.002)
+    assert len(on_trial.probation) == 0
+
+
+def test_over_its_bounds_a_connection_sends_one_at_a_time_for_a_while(on_trial, clock):
+    a, b = satellite("a", session="one"), satellite("a", session="two")
+    other = satellite("o")
+    assert on_trial.accept(a, utterance(a)) is None
+    assert on_trial.accept(a, utterance(a)) is None
+    assert "session" in on_trial.accept(a, utterance(a)).why      # a bound: on probation
+    handled(on_trial, a, clock, 0.010)      # one of its two ends after 10 ms
+    # one of its is still at OVOS: refused, whichever of its sessions
+    refusal = on_trial.accept(b, utterance(b))
+    assert refusal.reason is EndReason.BUSY and "one utterance at a time" in refusal.why
+    assert on_trial.accept(other, utterance(other)) is None       # others are not touched
+    handled(on_trial, a, clock, 0.004)      # its last ends, 14 ms after it was sent
+    # it may keep OVOS busy half the time: the next waits as long again as that one took
+    refusal = on_trial.accept(a, utterance(a))
+    assert refusal.reason is EndReason.BUSY and "50% of the time" in refusal.why
+    clock.advance(0.0141)
+    assert on_trial.accept(a, utterance(a)) is None
+    # its own refusals do not renew the probation: 2 s after the bound's, it is over
+    clock.advance(2.0)
+    handled(on_trial, a, clock, 0.001)
+    assert on_trial.accept(a, utterance(a)) is None
+    assert on_trial.accept(a, utterance(a)) is None
+    assert len(on_trial.probation) == 0
+
+
+def test_probation_goes_with_the_connection(on_trial, clock):
+    a = satellite("a")
+    for _ in range(3):
+        on_trial.accept(a, utterance(a))
+    assert len(on_trial.probation) == 1
+    on_trial.closed(a.conn)
+    assert len(on_trial.probation) == 0
+
+
+def test_probation_refuses_nonsense():
+    for bad in ({"seconds": -1}, {"share": 0}, {"share": 1.5}):
+        with pytest.raises(ValueError):
+            Probation(**bad)

@@ -16,6 +16,12 @@ connection's next frame is not read until the debt is repaid (tornado reads a we
 frame only once `on_message`'s awaitable is done): its frames wait in its own socket, and TCP
 slows the sender. Nothing is dropped or refused, and a satellite within its share is never
 paused.
+
+A refusal puts the connection's next read off too (`hold`, REFUSAL_PAUSE): a satellite that
+goes on sending past the plugin's bounds has its excess read, and refused, at most 200 times a
+second, where it was as fast as it could send (1300 refusals a second from one flooder on a
+5.x hub, which slowed the other satellites' turns more than the flood's answered utterances
+did; docs/performance.md).
 """
 from typing import Any, Callable, Mapping, Optional, Tuple
 
@@ -25,6 +31,7 @@ from hivemind_chat_agent.errors import ConfigurationError
 DEFAULT_SHARE = 0.25         # of the loop's time, sustained, per connection
 DEFAULT_BURST = 1.0          # seconds of loop time a connection may use at once
 MAX_PAUSE = 5.0              # the longest a connection's next read is put off at once
+REFUSAL_PAUSE = 0.005        # a refused connection's next read is put off this long
 
 
 class LoopAllowance:
@@ -37,6 +44,7 @@ class LoopAllowance:
         self.share, self.burst, self.now = share, burst, now
         self._balance = burst
         self._at = now()
+        self._held_until = float("-inf")
 
     def _refill(self) -> None:
         now = self.now()
@@ -47,12 +55,18 @@ class LoopAllowance:
         self._refill()
         self._balance -= max(0.0, spent)
 
+    def hold(self, seconds: float) -> None:
+        """Put the next read off by `seconds` at least, whatever the balance."""
+        self._held_until = max(self._held_until, self.now() + min(seconds, MAX_PAUSE))
+
     def pause(self) -> float:
-        """Seconds until the balance is back to zero (bounded by MAX_PAUSE), or 0.0."""
+        """Seconds until the balance is back to zero (bounded by MAX_PAUSE) and any hold is
+        over, or 0.0."""
         self._refill()
+        held = max(0.0, self._held_until - self.now())
         if self._balance >= 0:
-            return 0.0
-        return min(MAX_PAUSE, -self._balance / self.share)
+            return held
+        return max(held, min(MAX_PAUSE, -self._balance / self.share))
 
     @property
     def balance(self) -> float:

@@ -18,9 +18,11 @@ utterances a session and a client may have in flight at OVOS (`max_in_flight_per
 `max_in_flight_per_client`; a `get_response` hand-over closes one as its `handled` would, and
 one whose end never comes is forgotten after `in_flight_timeout`), the sessions a client may
 keep (`max_sessions_per_client`, least recently seen evicted) and how long an idle one is kept
-(`session_ttl`). A refused utterance, and one that cannot reach OVOS (the bus is down, or went
-down while it was queued or in flight), gets the chat mode's failure shape: a
-`complete_intent_failure` with the reason, then `ovos.utterance.handled` (`failure_replies`).
+(`session_ttl`); a connection they refused is on probation for a while (core/ovos_probation.py:
+one utterance at a time, OVOS busy half the time at most). A refused utterance, and one that
+cannot reach OVOS (the bus is down, or went down while it was queued or in flight), gets the
+chat mode's failure shape: a `complete_intent_failure` with the reason, then
+`ovos.utterance.handled` (`failure_replies`).
 
 OVOS → satellite. `route` delivers a bus message only to the satellites its
 `context["destination"]` names (as the stock plugin does), never for a message whose
@@ -36,6 +38,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional
 
 from hivemind_chat_agent.core.health import STOPPED, TIMED_OUT
 from hivemind_chat_agent.core.ovos_outcomes import UtteranceOutcomes
+from hivemind_chat_agent.core.ovos_probation import Probation
 from hivemind_chat_agent.core.ovos_replies import is_twin
 from hivemind_chat_agent.core.ovos_sessions import (
     FollowedSession,
@@ -52,8 +55,6 @@ from hivemind_chat_agent.core.protocol_names import (
 from hivemind_chat_agent.core.turns import EndReason
 
 SWEEP_EVERY = 1.0          # seconds between looks for expired sessions and in-flight entries
-
-
 BUS_DOWN_WHY = "the hub's OVOS messagebus is not connected"
 
 @dataclass(frozen=True)
@@ -103,10 +104,13 @@ class OvosRoutes:
     """The routing table and queues of the OVOS mode. Thread-safe by its caller: the shell
     holds one lock around every call (IO loop, bus thread and sender thread all use it)."""
 
-    def __init__(self, limits: RouteLimits, now: Callable[[], float], metrics: Any = None):
+    def __init__(self, limits: RouteLimits, now: Callable[[], float], metrics: Any = None,
+                 probation: Optional[Probation] = None):
         """`metrics`: what handled and forgotten utterances are counted on
-        (core/ovos_outcomes.py), None for none."""
+        (core/ovos_outcomes.py), None for none; `probation`: the terms of a connection that
+        went over the bounds (the default's)."""
         self.limits = limits
+        self.probation = probation if probation is not None else Probation()
         self.now = now
         self.outcomes = UtteranceOutcomes(metrics)
         self.bus_up = False
@@ -131,12 +135,18 @@ class OvosRoutes:
             return Refusal(EndReason.BACKEND_UNAVAILABLE, self.down_why)
         queue = self._queues.get(sender.client)
         if queue is not None and len(queue) >= self.limits.max_queued_per_client:
-            return Refusal(EndReason.BUSY, f"{len(queue)} messages of this client are "
-                                           "waiting for the OVOS bus")
-        if is_utterance:
-            refusal = self._in_flight_refusal(sender, now)
-            if refusal:
-                return refusal
+            refusal: Optional[Refusal] = Refusal(
+                EndReason.BUSY, f"{len(queue)} messages of this client are waiting for the "
+                                "OVOS bus")
+        else:
+            refusal = self._in_flight_refusal(sender) if is_utterance else None
+        if refusal is not None:             # over a bound: on probation from now
+            self.probation.bound_refused(sender.conn, now)
+            return refusal
+        if is_utterance and self.probation.on_probation(sender.conn, now):
+            why = self.probation.refusal(sender.conn, self._open_of(sender), now)
+            if why:
+                return Refusal(EndReason.BUSY, why)
         self._follow(sender, now)
         outbound = Outbound(for_bus(message, sender.session_id), sender, is_utterance)
         queue = self._queues.setdefault(sender.client, deque())
@@ -146,7 +156,7 @@ class OvosRoutes:
             queue.append(outbound)
         return None
 
-    def _in_flight_refusal(self, sender: Satellite, now: float) -> Optional[Refusal]:
+    def _in_flight_refusal(self, sender: Satellite) -> Optional[Refusal]:
         session = self._sessions.get(sender.session_id)
         queue = self._queues.get(sender.client, ())
         mine = (len(session.in_flight) if session else 0) + sum(
@@ -161,6 +171,16 @@ class OvosRoutes:
             return Refusal(EndReason.BUSY, f"{client_total} utterances of this client are "
                                            "still being handled by OVOS")
         return None
+
+    def _open_of(self, sender: Satellite) -> int:
+        """The utterances of `sender`'s connection queued or in flight at OVOS."""
+        queued = sum(o.is_utterance and o.sender.conn == sender.conn
+                     for o in self._queues.get(sender.client, ()))
+        connection = self._connections.get(sender.conn)
+        sessions = connection.sessions if connection is not None else ()
+        followed = (self._sessions.get(sid) for sid in sessions)
+        return queued + sum(1 for session in followed if session
+                            for _, o in session.in_flight if o.sender.conn == sender.conn)
 
     def _follow(self, sender: Satellite, now: float) -> None:
         session = self._sessions.get(sender.session_id)
@@ -309,13 +329,16 @@ class OvosRoutes:
             self._end_oldest(sid, session, outcome)
 
     def _end_oldest(self, sid: str, session: FollowedSession, outcome: Optional[str]) -> None:
-        sent_at, _ = session.in_flight.popleft()
-        self.outcomes.ended(sid, sent_at, self.now(), outcome)
+        sent_at, outbound = session.in_flight.popleft()
+        now = self.now()
+        self.outcomes.ended(sid, sent_at, now, outcome)
+        self.probation.ended(outbound.sender.conn, sent_at, now)
 
     # ---- connections and time ----
     def closed(self, conn: str) -> None:
         """hivemind-core reported the connection gone: nothing more goes to it, its queued
         messages are dropped, its sessions used by no other connection are forgotten."""
+        self.probation.closed(conn)
         connection = self._connections.pop(conn, None)
         if connection is None:
             return

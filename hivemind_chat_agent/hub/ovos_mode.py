@@ -36,6 +36,8 @@ from ovos_utils.log import LOG
 
 from hivemind_chat_agent import compat
 from hivemind_chat_agent.core.limits import shown, shown_name
+from hivemind_chat_agent.core.loop_share import REFUSAL_PAUSE
+from hivemind_chat_agent.core.ovos_probation import Probation
 from hivemind_chat_agent.core.ovos_replies import failure_replies
 from hivemind_chat_agent.core.ovos_routes import (
     Outbound,
@@ -98,7 +100,8 @@ class OVOSModeProtocol(AgentProtocol):
                                          lambda: self.own_loop.get(), self._utterances,
                                          lambda: len(self.routes))
         self.routes = OvosRoutes(self.settings.limits, now, metrics=(
-            self.operations.metrics if self.settings.health else None))
+            self.operations.metrics if self.settings.health else None),
+            probation=Probation(*self.settings.probation))
         self.now = now
         self.readiness = SkillsReadiness()      # ovos-core's skills, asked after each connect
         self._secret: Optional[bytes] = None
@@ -175,6 +178,8 @@ class OVOSModeProtocol(AgentProtocol):
             if refusal is None:
                 self._table.notify()
         if refusal is not None:
+            if refusal.reason is EndReason.BUSY:     # its excess read (and refused) slower
+                compat.hold_reads(sender.client, REFUSAL_PAUSE)
             self._refuse(Outbound(wire, satellite, message.msg_type in UTTERANCE_TYPES),
                          refusal)
 

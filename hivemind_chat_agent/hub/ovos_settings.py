@@ -9,6 +9,7 @@ from typing import Any, Dict, Optional, Tuple
 from urllib.parse import urlsplit
 
 from hivemind_chat_agent.core.loop_share import DEFAULT_BURST, DEFAULT_SHARE, loop_pacing
+from hivemind_chat_agent.core.ovos_probation import PROBATION_SECONDS, PROBATION_SHARE, Probation
 from hivemind_chat_agent.core.ovos_routes import RouteLimits
 from hivemind_chat_agent.core.protocol_names import CHAT_PLUGIN_NAME as PLUGIN_NAME
 from hivemind_chat_agent.errors import ConfigurationError
@@ -60,6 +61,18 @@ def wait_for_skills(value: Any) -> bool:
     return value
 
 
+def probation_terms(config: Dict[str, Any]) -> Tuple[float, float]:
+    """(`probation_seconds`, `probation_share`), or a ValueError saying what to write."""
+    terms = (float(config.get("probation_seconds", PROBATION_SECONDS)),
+             float(config.get("probation_share", PROBATION_SHARE)))
+    try:
+        Probation(*terms)
+    except ValueError:
+        raise ValueError("probation_seconds must be >= 0 (0: no probation) and "
+                         "probation_share a fraction of the time, 0 < share <= 1") from None
+    return terms
+
+
 @dataclass(frozen=True)
 class OvosModeSettings(Operated):
     bus: str = DEFAULT_BUS
@@ -76,6 +89,9 @@ class OvosModeSettings(Operated):
     health: str = ""             # "HOST:PORT" of /healthz, /readyz, /metrics; "" off
     health_allow_from: Tuple[str, ...] = ()   # networks that may reach a non-loopback health
     drain_timeout: float = 20.0  # on SIGTERM: seconds the utterances at OVOS get to finish
+    # (seconds, share) of a connection's probation after a bound refused it (core/
+    # ovos_probation.py); seconds 0: none
+    probation: Tuple[float, float] = (PROBATION_SECONDS, PROBATION_SHARE)
 
     @classmethod
     def from_dict(cls, config: Dict[str, Any]) -> "OvosModeSettings":
@@ -101,7 +117,8 @@ class OvosModeSettings(Operated):
                            int(config.get("max_queries", 8)),
                            int(config.get("max_query_chars", 4096)),
                            wait_for_skills(config.get("wait_for_skills", True)),
-                           loop_pacing(config), **operated_values(config))
+                           loop_pacing(config), **operated_values(config),
+                           probation=probation_terms(config))
         except (TypeError, ValueError) as e:
             raise ConfigurationError(f"invalid number in {PLUGIN_NAME} config: {e}") from None
         if min(limits.max_queued_per_client, limits.max_in_flight_per_session,
