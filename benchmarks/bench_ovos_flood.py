@@ -16,7 +16,8 @@ send to its answer, 250 ms of quiet before each (the answering service's delayed
 docs/performance.md, would otherwise be measured too). The flooder: a stock satellite of its
 own access key (tests/stock_satellite.py, hivemind-bus-client 0.9.1a1 in its own process),
 sending utterances in one session as fast as it can (`--rate N`: N a second instead) for as
-long as the measured turns run; its bound (4 in flight per session) refuses the excess `busy`.
+long as the measured turns run; its bound (4 in flight per session) refuses the excess `busy`,
+and puts it on probation (core/ovos_probation.py: one utterance at a time, the rest refused).
 
 Rounds alternate, `--rounds` times: `--turns` turns without the flood (the baseline), then as
 many during it. Printed: median and p90 of each, the ratio of the medians (target <= 1.2x), and
@@ -46,6 +47,8 @@ LOG.set_level("ERROR")
 QUIET = 0.25
 TARGET = 1.2
 DRAIN_LIMIT = 900.0     # seconds the flood's backlog may take to be answered after it stops
+STALLED = 30.0          # ... and may go without one more end: then the flooder is gone (its
+#                         client's ping timed out while its backlog waited in its socket)
 
 
 class Flood:
@@ -69,9 +72,13 @@ class Flood:
     def drained(self, timeout: float) -> dict:
         """The counts once every utterance sent has its end, or at the timeout."""
         deadline = time.monotonic() + timeout
+        last, progress = -1, time.monotonic()
         while True:
             counts = self.sat.tally()
-            if counts["handled"] >= self.sent or time.monotonic() > deadline:
+            now = time.monotonic()
+            if counts["handled"] != last:
+                last, progress = counts["handled"], now
+            if counts["handled"] >= self.sent or now > deadline or now - progress > STALLED:
                 return counts
             time.sleep(0.2)
 
