@@ -184,8 +184,8 @@ def test_a_flood_from_one_satellite_delays_no_other_satellites_turns(warmed, sat
     The other's turns are all answered, each within its own client timeout; the flooder's
     excess gets typed `busy` refusals (each with its `handled`), every flood utterance ends
     exactly once (answered or refused), and once the flood and its probation are over the
-    flooder is answered again: no bound stays taken. (How much the flood slows the other's turns is measured,
-    not asserted: benchmarks/bench_ovos_flood.py.)"""
+    flooder is answered again: no bound stays taken. (How much the flood slows the other's
+    turns is measured, not asserted: benchmarks/bench_ovos_flood.py.)"""
     flooder = satellites("flooder")
     assert len(spoken(turn(flooder, "start parrot"))) == 1
     other = make_agent(warmed.add_client(name="flood-bystander").agent_config(timeout=20))
