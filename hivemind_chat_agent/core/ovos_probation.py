@@ -20,7 +20,7 @@ within moments of coming off, and a satellite refused once by accident is off it
 refusal (core/loop_share.REFUSAL_PAUSE), so the refusals themselves cost little.
 """
 from dataclasses import dataclass
-from typing import Dict, Optional
+from typing import Callable, Dict, Optional
 
 PROBATION_SECONDS = 2.0      # how long after a bound's refusal a connection is on probation
 PROBATION_SHARE = 0.5        # the fraction of the time it may keep OVOS busy meanwhile
@@ -35,8 +35,9 @@ class Term:
 
 class Probation:
     """The connections on probation, by connection token. The routing table calls it under its
-    lock; `open_count` is the table's own count of the connection's utterances queued or in
-    flight (counted there, so that no second count can drift from the table)."""
+    lock; `open_count` gives the table's own count of the connection's utterances queued or in
+    flight (counted there, so that no second count can drift from the table, and only for a
+    connection on probation)."""
 
     def __init__(self, seconds: float = PROBATION_SECONDS, share: float = PROBATION_SHARE):
         if seconds < 0 or not 0 < share <= 1:
@@ -63,12 +64,12 @@ class Probation:
             return False
         return True
 
-    def refusal(self, conn: str, open_count: int, now: float) -> Optional[str]:
+    def refusal(self, conn: str, open_count: Callable[[], int], now: float) -> Optional[str]:
         """Why an utterance of `conn` may not go to OVOS now (it is on probation and has one
         there, or its turn to wait is not over), or None."""
         if not self.on_probation(conn, now):
             return None
-        if open_count:
+        if open_count():
             return ("this satellite went over its bounds and sends one utterance at a time "
                     "for now; one of its is still being handled by OVOS")
         if now < self._terms[conn].free_at:

@@ -143,8 +143,8 @@ class OvosRoutes:
         if refusal is not None:             # over a bound: on probation from now
             self.probation.bound_refused(sender.conn, now)
             return refusal
-        if is_utterance and self.probation.on_probation(sender.conn, now):
-            why = self.probation.refusal(sender.conn, self._open_of(sender), now)
+        if is_utterance:
+            why = self.probation.refusal(sender.conn, lambda: self._open_of(sender), now)
             if why:
                 return Refusal(EndReason.BUSY, why)
         self._follow(sender, now)
