@@ -18,6 +18,7 @@ from hivemind_chat_agent import ChatAgentProtocol
 from hivemind_chat_agent.core.protocol_names import TURN_TAG_KEY
 from hivemind_chat_agent.core.transcript import ANSWERED, Exchange
 from hivemind_chat_agent.errors import ConfigurationError, ConversationStoreError
+from hivemind_chat_agent.hub.conversation_store import exchanges_from_json
 from hivemind_chat_agent.hub.stores import open_store
 
 
@@ -154,6 +155,7 @@ def test_redis_bounds_each_conversation_and_every_key_expires(shared_redis):
     raw = shared_redis.raw
     raw.rpush(shared_redis.key("s1", "history:s1"), "not json", json.dumps([1, 2, 3]))
     assert [e.user for e in store.history("s1")] == ["question 4", "q"]   # junk is skipped
+    assert [e.user for e in store.begin("s1", "").history] == ["question 4", "q"]
     assert all(0 < raw.ttl(key) <= 60 for key in shared_redis.stored()
                if not key.endswith("secret"))
     other = open_store(shared_redis.url, 3, 256, 60, data_home=lambda: "unused")
@@ -173,6 +175,24 @@ def test_a_redis_outage_fails_turns_with_the_reason_and_the_hub_recovers(redis_s
     redis_server.start()                       # same port, empty (no persistence here)
     assert a.ask("hello") == ["hello there"]
     assert json.loads(a.ask("history")[0]) == [["user", "hello"], ["assistant", "hello there"]]
+
+
+def test_a_stored_history_is_read_in_one_parse_and_no_entry_is_trusted_blindly():
+    """exchanges_from_json parses a history's entries as one JSON list; entries that would
+    parse together but not alone (one spanning the next) or that are not exchanges are
+    left out, as one parse each leaves them out."""
+    good = [json.dumps([f"q{i}", f"a{i}", ANSWERED]) for i in range(3)]
+    assert [e.user for e in exchanges_from_json(good)] == ["q0", "q1", "q2"]
+    assert exchanges_from_json([]) == []
+    spanning = ['["q", "a"', '"answered"]']          # one list only when joined
+    assert exchanges_from_json(spanning) == []
+    two_in_one = [good[0] + "," + good[1], good[2]]  # two lists in one entry
+    assert [e.user for e in exchanges_from_json(two_in_one)] == ["q2"]
+    junk = ["not json", json.dumps([1, 2, 3]), json.dumps(["q", "a"]), json.dumps({"q": 1}),
+            json.dumps(["q", "a", ANSWERED, "extra"]), good[1]]
+    assert [e.user for e in exchanges_from_json(junk)] == ["q1"]
+    assert exchanges_from_json([json.dumps(["q", "a", ANSWERED])]) == [
+        Exchange("q", "a", ANSWERED)]
 
 
 def test_the_store_is_memory_or_a_redis_url(tmp_path):

@@ -213,6 +213,26 @@ def exchange_from_json(raw: Any) -> Optional[Exchange]:
     return Exchange(user, assistant, ended)
 
 
+def exchanges_from_json(raws: List[Any]) -> List[Exchange]:
+    """The exchanges of a stored history, in order, leaving out entries that are not one. One
+    parse of them all (a third of the cost of one parse each: this is on every turn's path
+    before the engine runs); one parse each when that fails or yields another count (no entry
+    can yield none, so an equal count is one item an entry)."""
+    try:
+        parsed = json.loads("[" + ",".join(raws) + "]")
+    except (TypeError, ValueError):
+        parsed = None
+    if not isinstance(parsed, list) or len(parsed) != len(raws):  # entries spanning others
+        return [e for e in map(exchange_from_json, raws) if e is not None]
+    return [e for e in map(_exchange, parsed) if e is not None]
+
+
+def _exchange(item: Any) -> Optional[Exchange]:
+    if isinstance(item, list) and len(item) == 3 and all(isinstance(x, str) for x in item):
+        return Exchange(*item)
+    return None
+
+
 def bounded(exchanges: List[Exchange], new: Exchange, history_turns: int,
             history_bytes: int) -> int:
     """How many of the oldest of `exchanges` + [new] go to keep the bounds."""

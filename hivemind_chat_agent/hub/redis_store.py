@@ -48,8 +48,8 @@ from hivemind_chat_agent.hub.conversation_store import (
     TurnRecord,
     TurnRecordsFull,
     bounded,
-    exchange_from_json,
     exchange_to_json,
+    exchanges_from_json,
     record_from_json,
     record_to_json,
 )
@@ -97,6 +97,7 @@ class RedisStore:
                          for name in ("MAKE_ROOM", "EVICT_SESSIONS", "TAKE_OVER")}
         self._secret: Optional[bytes] = None
         self.owner = uuid.uuid4().hex          # this hub, as the owner of the turns it runs
+        self._running = record_to_json(TurnRecord(RUNNING, self.owner))   # its claims' value
         self._closed = threading.Event()
         self._heartbeat: Optional[threading.Thread] = None
         self._heartbeat_lock = threading.Lock()
@@ -112,7 +113,7 @@ class RedisStore:
             return []
         raw = self._rounds.call("lrange",
                                 history_key(self._prefix(session_id), session_id), 0, -1)
-        return [e for e in map(exchange_from_json, raw) if e is not None]
+        return exchanges_from_json(raw)
 
     def record(self, session_id: str, exchange: Exchange) -> None:
         """Appended, then the oldest trimmed to the bounds. Turns of one session come one at a
@@ -134,8 +135,7 @@ class RedisStore:
         if turn_id:
             commands += self._claim(client, session_id, turn_id, now)
         replies = self._rounds.run(*commands)
-        history = [e for e in map(exchange_from_json, replies[1])
-                   if e is not None] if self.history_turns else []
+        history = exchanges_from_json(replies[1]) if self.history_turns else []
         record = self._claimed(replies[-3:], client, session_id, turn_id, now) \
             if turn_id else None
         return Begun(record, _json_dict(replies[0]), history)
@@ -190,8 +190,7 @@ class RedisStore:
     def _claim(self, client: str, session_id: str, turn_id: str, now: float) -> List[tuple]:
         """The commands that claim a turn's record (SET NX) and count the client's records."""
         prefix = self._prefix(session_id)
-        mine = record_to_json(TurnRecord(RUNNING, self.owner))
-        return [("SET", turn_key(prefix, session_id, turn_id), mine, "NX", "EX",
+        return [("SET", turn_key(prefix, session_id, turn_id), self._running, "NX", "EX",
                  int(TURN_RECORD_TTL)),
                 ("ZADD", turns_key(prefix, client), now, member(session_id, turn_id)),
                 ("ZCARD", turns_key(prefix, client))]
@@ -295,9 +294,8 @@ class RedisStore:
         if record is None or record.state != RUNNING or \
                 self._rounds.call("exists", alive_key(record.owner)):
             return False
-        mine = record_to_json(TurnRecord(RUNNING, self.owner))
         return self._script("TAKE_OVER", self._prefix(session_id), [key],
-                            [raw, mine, int(TURN_RECORD_TTL)]) == 1
+                            [raw, self._running, int(TURN_RECORD_TTL)]) == 1
 
     def turn_record(self, session_id: str, turn_id: str) -> Optional[TurnRecord]:
         record = record_from_json(self._rounds.call(
