@@ -49,6 +49,13 @@ Each entry: the library and versions it targets, why, and the upstream fix that 
   without one each reply waited out select's 1 s timeout (a steady turn over MQTT took 997 ms,
   benchmarks/bench_mqtt.py). So the pair is made too, on the loop's thread, each time. Fix: the
   same paho option, or the plugin's publish handed to the MQTT thread.
+- `debounce_last_seen`: hivemind-core 4.x `HiveMindListenerProtocol.update_last_seen`. 4.0
+  writes a client's `last_seen` after every message it sends, on the IO loop, and its JSON
+  database rewrites the whole client file each time: under one satellite's flood 9 % of a core
+  (28 % of the IO loop's busy time, a profile of benchmarks/bench_ovos_flood.py), every other
+  satellite's frames waiting behind it. Now at most one write per client per
+  `last_seen_update_interval` seconds (server.json; 60 by default, 0 for every message): 5.x's
+  own setting and default. Fix: upgrade to hivemind-core 5.x, which debounces it itself.
 - `socket_handler` (reads, patches nothing): hivemind-websocket-protocol 0.0.x `send_msg`'s
   closure. 4.0's `send_msg` drops the write's Future and asyncio logs each failed one. Fix:
   return the Future from `send_msg`.
@@ -58,7 +65,7 @@ import importlib
 import sys
 import threading
 import time
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 # codec name -> module of z85base91's pure-Python version (its own fallback for a missing C
 # library: the same bytes, and for HiveMind's frame sizes about the same time)
@@ -68,6 +75,8 @@ _WATCHED = "_hivemind_chat_watch"
 _CHEAP_NAMES = "_hivemind_chat_cheap_names"
 _PACED = "_hivemind_chat_paced"
 _ALLOWANCE = "_hivemind_chat_loop_allowance"     # on hivemind-core's connection object
+_DEBOUNCED = "_hivemind_chat_debounced"
+LAST_SEEN_INTERVAL = 60.0    # hivemind-core 5.x's default for `last_seen_update_interval`
 
 
 def for_client() -> None:
@@ -80,6 +89,7 @@ def for_hub(pacing: Optional[Tuple[float, float]] = None) -> None:
     IO loop per connection (core/loop_share.loop_pacing), None for none."""
     use_leak_free_codecs()
     name_loggers_cheaply()
+    debounce_last_seen()
     if pacing is not None:
         pace_websocket_reads(*pacing)
 
@@ -115,6 +125,49 @@ def name_loggers_cheaply() -> bool:
     LOG._get_real_logger = classmethod(_get_real_logger)
     setattr(LOG, _CHEAP_NAMES, True)
     return True
+
+
+def debounce_last_seen() -> bool:
+    """Give hivemind-core 4.x's `update_last_seen` 5.x's debounce: a client's `last_seen` is
+    written when it was not in the last `last_seen_update_interval` seconds (read from
+    server.json as 5.x reads it). True when it patched now or before; False where there is
+    nothing to patch (no hivemind-core; 5.x, which has the setting; an interval of 0)."""
+    try:
+        from hivemind_core.protocol import HiveMindListenerProtocol
+    except ImportError:
+        return False
+    original = HiveMindListenerProtocol.update_last_seen
+    if getattr(original, _DEBOUNCED, False):
+        return True
+    if hasattr(HiveMindListenerProtocol, "last_seen_update_interval"):
+        return False
+    interval = _last_seen_interval()
+    if interval <= 0:
+        return False
+    written: Dict[str, float] = {}     # access key -> when its last_seen was last written
+
+    def update_last_seen(self, client):
+        # on the IO loop, as every message of hivemind-core's is handled: one writer
+        now = time.monotonic()
+        last = written.get(client.key)
+        if last is not None and now - last < interval:
+            return
+        original(self, client)
+        written[client.key] = now
+    setattr(update_last_seen, _DEBOUNCED, True)
+    HiveMindListenerProtocol.update_last_seen = update_last_seen
+    return True
+
+
+def _last_seen_interval() -> float:
+    """server.json's `last_seen_update_interval` (hivemind-core 5.x's name), else 60 s."""
+    try:
+        from hivemind_core.config import get_server_config
+        value = float(get_server_config().get("last_seen_update_interval",
+                                              LAST_SEEN_INTERVAL))
+    except (ImportError, TypeError, ValueError, OSError):
+        return LAST_SEEN_INTERVAL
+    return value if value >= 0 else LAST_SEEN_INTERVAL
 
 
 def use_leak_free_codecs() -> None:

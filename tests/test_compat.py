@@ -169,3 +169,37 @@ def test_an_mqtt_hubs_paho_client_writes_only_on_its_loop_thread(monkeypatch):
     assert compat.mqtt_writes_on_its_thread(connection) and client._sockpairW is not None
     client._reset_sockets(sockpair_only=True)
     assert compat.mqtt_writes_on_its_thread(type("Ws", (), {"send_msg": print})()) is False
+
+
+def clients_last_seen(hub, key: str) -> float:
+    """`last_seen` of the client with access key `key` in a 4.0 hub's JSON client database."""
+    import os
+
+    from hubs import hub_environment
+    path = os.path.join(hub_environment(hub.home)["XDG_DATA_HOME"], "hivemind-core",
+                        "clients.json")
+    with open(path) as f:
+        clients = json.load(f)
+    rows = clients.values() if isinstance(clients, dict) else clients
+    return float(next(c["last_seen"] for c in rows if c.get("api_key") == key))
+
+
+@pytest.mark.hub
+def test_a_4_0_hub_writes_a_clients_last_seen_once_a_minute_not_after_every_message(
+        make_agent):
+    """hivemind-core 4.0.0 with our plugin: the client database is written at a client's first
+    message (its handshake), and not again by the turns that follow within the minute (4.0
+    alone rewrote the whole file after each message, on the IO loop). A 5.x hub is left as it
+    is: it has the same debounce."""
+    from hubs import HubProcess, plugin_config
+    hub = HubProcess(plugin_config(), generation="4.0").start()
+    try:
+        credentials = hub.add_client(name="seen")
+        agent = make_agent(credentials.agent_config(timeout=30))
+        assert agent.get_response("hello", session_id="seen") == "hello there"
+        first = clients_last_seen(hub, credentials.key)
+        for i in range(5):
+            assert f"echo {i}" in agent.get_response(f"echo {i}", session_id="seen")
+        assert first > 0 and clients_last_seen(hub, credentials.key) == first
+    finally:
+        hub.cleanup()
