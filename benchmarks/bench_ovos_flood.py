@@ -2,6 +2,7 @@
 (issue 31: "a flood from one satellite does not slow another's turns past 1.2x").
 
     python benchmarks/bench_ovos_flood.py [--turns 30] [--rounds 3] [--rate 0] [--plugin stock]
+                                          [--flooder-nice 19]
 
 The hub: tests/stock_hub.StockOVOSHub(plugin="ovos-mode"), hivemind-core 4.0.0 (`--generation
 5`: 5.3.10a1) with our plugin
@@ -18,6 +19,11 @@ own access key (tests/stock_satellite.py, hivemind-bus-client 0.9.1a1 in its own
 sending utterances in one session as fast as it can (`--rate N`: N a second instead) for as
 long as the measured turns run; its bound (4 in flight per session) refuses the excess `busy`,
 and puts it on probation (core/ovos_probation.py: one utterance at a time, the rest refused).
+
+The flooder stands for another device, but runs on this machine: its own CPU (encrypting as fast
+as it can) competes with the hub's; `--flooder-nice 19` runs it (and `--burner-instead`'s
+burner) at the lowest priority, so that what is left is what the hub's handling of the flood
+costs the other.
 
 Rounds alternate, `--rounds` times: `--turns` turns without the flood (the baseline), then as
 many during it. Printed: median and p90 of each, the ratio of the medians (target <= 1.2x), and
@@ -84,12 +90,16 @@ class Flood:
 
 
 class Burner:
-    """A CPU burner on one core while `with`-ed, in the flood's place (`--burner-instead`)."""
+    """A CPU burner on one core while `with`-ed, in the flood's place (`--burner-instead`), at
+    the flooder's priority."""
     sent, seconds = 0, 0.0
+
+    def __init__(self, nice: int):
+        self.nice = nice
 
     def __enter__(self):
         self.started = time.monotonic()
-        self._burning = cpu_burner()
+        self._burning = cpu_burner(nice=self.nice)
         self._burning.__enter__()
         return self
 
@@ -138,6 +148,8 @@ def main():
     ap.add_argument("--burner-instead", action="store_true",
                     help="a CPU burner on one core instead of the flood: what the flooder's "
                          "own process costs the other satellite, with no frame sent")
+    ap.add_argument("--flooder-nice", type=int, default=0, metavar="N",
+                    help="the flooder's process (and the burner's) at nice N")
     args = ap.parse_args()
     settings = {key: json.loads(value) for key, value in
                 (item.split("=", 1) for item in args.set)}
@@ -149,11 +161,13 @@ def main():
         agent = HiveMindChatAgent(hub.add_client(name="other").agent_config(timeout=10))
         timed_turns(agent, 5, "warm-up")
         flooder = StockSatellite(args.generation, hub.add_client(name="flooder"),
-                                 name="flooder")
+                                 name="flooder", nice=args.flooder_nice)
         baseline, flooded, floods = [], [], []
         for round_ in range(args.rounds):
             baseline += timed_turns(agent, args.turns, f"base-{round_}")
-            with (Burner() if args.burner_instead else Flood(flooder, args.rate)) as flood:
+            load = Burner(args.flooder_nice) if args.burner_instead else \
+                Flood(flooder, args.rate)
+            with load as flood:
                 flooded += timed_turns(agent, args.turns, f"flood-{round_}")
             # the flood's backlog (its frames wait in its own socket while its reads are
             # paced) drains before the next baseline, so that baseline is not measured

@@ -16,8 +16,9 @@ from typing import Iterator
 
 
 @contextlib.contextmanager
-def cpu_burner(cores: int = 1) -> Iterator[None]:
-    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"],
+def cpu_burner(cores: int = 1, nice: int = 0) -> Iterator[None]:
+    niced = ["nice", "-n", str(nice)] if nice else []
+    burners = [subprocess.Popen([*niced, sys.executable, "-c", "while True: pass"],
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
                for _ in range(cores)]
     try:

@@ -56,7 +56,7 @@ class StockSatellite:
     """A stock satellite process, and everything it received and sent, in order."""
 
     def __init__(self, generation: str, creds, voice: bool = False, name: str = "stock-sat",
-                 ready_timeout: float = 60.0):
+                 ready_timeout: float = 60.0, nice: int = 0):
         sys.path.insert(0, HERE)
         import ovos_hub
         from waiting import wait_until
@@ -70,7 +70,9 @@ class StockSatellite:
                   "voice": voice, "name": name, "home": self.home}
         python = os.path.join(ovos_hub.venv_path(generation), "bin", "python")
         self.log = open(os.path.join(self.home, "satellite.log"), "w")
-        self.proc = subprocess.Popen([python, os.path.abspath(__file__), json.dumps(config)],
+        niced = ["nice", "-n", str(nice)] if nice else []    # coreutils: every thread niced
+        self.proc = subprocess.Popen([*niced, python, os.path.abspath(__file__),
+                                      json.dumps(config)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self.log, text=True, env=env, cwd=self.home)
         self.events = []            # ("received" | "sent", message), in the order they came
