@@ -172,7 +172,8 @@ class HomeAssistantProcess:
                 if status == 200 and str(entry).strip() == entry_id:
                     return name
             time.sleep(0.2)
-        raise AssertionError(f"no conversation entity appeared:\n{self.logs()[-3000:]}")
+        raise AssertionError(f"no conversation entity appeared in {timeout} s:\n"
+                             f"{self.logs_about('hivemind_chat')[-6000:]}")
 
     def say(self, agent_id: str, text: str, conversation_id: Optional[str] = None,
             language: str = "en", timeout: float = 60,
@@ -287,6 +288,19 @@ class HomeAssistantProcess:
                 return f.read()
         except OSError:
             return ""
+
+    def logs_about(self, name: str) -> str:
+        """The log's records that mention `name` (each with its continuation lines), and
+        HA's own setup records: what a failure message needs, without other integrations'
+        tracebacks."""
+        kept, keep = [], False
+        for line in self.logs().splitlines():
+            if line[:4].isdigit():     # a record's first line starts with its date
+                keep = name in line or "homeassistant.setup" in line or \
+                    "homeassistant.bootstrap" in line
+            if keep:
+                kept.append(line)
+        return "\n".join(kept)
 
     def stop(self, timeout: float = 60) -> None:
         if self.proc is not None and self.proc.poll() is None:
