@@ -172,7 +172,12 @@ class HomeAssistantProcess:
                 if status == 200 and str(entry).strip() == entry_id:
                     return name
             time.sleep(0.2)
-        raise AssertionError(f"no conversation entity appeared in {timeout} s:\n"
+        status, entries = self.request("GET", "/api/config/config_entries/entry")
+        states = [(e.get("domain"), e.get("entry_id"), e.get("state"), e.get("reason"))
+                  for e in entries if e.get("domain") == "hivemind_chat"] \
+            if status == 200 and isinstance(entries, list) else (status, entries)
+        raise AssertionError(f"no conversation entity appeared in {timeout} s; "
+                             f"hivemind_chat's entries: {states}:\n"
                              f"{self.logs_about('hivemind_chat')[-6000:]}")
 
     def say(self, agent_id: str, text: str, conversation_id: Optional[str] = None,
@@ -302,8 +307,24 @@ class HomeAssistantProcess:
                 kept.append(line)
         return "\n".join(kept)
 
+    def wait_running(self, timeout: float = 60) -> bool:
+        """Until HA's core state is RUNNING (its start finished), as far as its API says:
+        HA's API answers while integrations are still starting, and a SIGTERM then kills it
+        without its final write (exit -15, a config entry made a second before gone after the
+        restart). False without a token (before onboarding) or at the timeout."""
+        deadline = time.monotonic() + timeout
+        while self.token and time.monotonic() < deadline:
+            status, config = self.request("GET", "/api/config", timeout=10)
+            if status == 200 and isinstance(config, dict) and config.get("state") == "RUNNING":
+                return True
+            time.sleep(0.2)
+        return False
+
     def stop(self, timeout: float = 60) -> None:
+        """SIGTERM once HA has started (wait_running), so that it writes what it holds as an
+        operator's restart would; killed if it has not exited after `timeout`."""
         if self.proc is not None and self.proc.poll() is None:
+            self.wait_running()
             self.proc.terminate()
             try:
                 self.proc.wait(timeout)
