@@ -189,7 +189,8 @@ def test_a_stored_history_is_read_in_one_parse_and_no_entry_is_trusted_blindly()
     two_in_one = [good[0] + "," + good[1], good[2]]  # two lists in one entry
     assert [e.user for e in exchanges_from_json(two_in_one)] == ["q2"]
     junk = ["not json", json.dumps([1, 2, 3]), json.dumps(["q", "a"]), json.dumps({"q": 1}),
-            json.dumps(["q", "a", ANSWERED, "extra"]), good[1]]
+            json.dumps(["q", "a", ANSWERED, "extra"]), json.dumps("abc"),
+            json.dumps({"q": "1", "a": "2", "e": "3"}), good[1]]
     assert [e.user for e in exchanges_from_json(junk)] == ["q1"]
     assert exchanges_from_json([json.dumps(["q", "a", ANSWERED])]) == [
         Exchange("q", "a", ANSWERED)]

@@ -205,12 +205,9 @@ def exchange_to_json(exchange: Exchange) -> str:
 def exchange_from_json(raw: Any) -> Optional[Exchange]:
     """An exchange as stored, or None for an entry that is not one (never trusted blindly)."""
     try:
-        user, assistant, ended = json.loads(raw)
+        return _exchange(json.loads(raw))
     except (TypeError, ValueError):
         return None
-    if not all(isinstance(x, str) for x in (user, assistant, ended)):
-        return None
-    return Exchange(user, assistant, ended)
 
 
 def exchanges_from_json(raws: List[Any]) -> List[Exchange]:
@@ -228,6 +225,8 @@ def exchanges_from_json(raws: List[Any]) -> List[Exchange]:
 
 
 def _exchange(item: Any) -> Optional[Exchange]:
+    """A parsed entry as an exchange: a list of three strings, nothing else (a string or an
+    object of three items is not one)."""
     if isinstance(item, list) and len(item) == 3 and all(isinstance(x, str) for x in item):
         return Exchange(*item)
     return None
