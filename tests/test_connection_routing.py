@@ -248,3 +248,37 @@ def test_a_tampered_frame_ends_the_turns_as_lost_and_closes(tmp_path):
     ended = handle.wait_end(FakeClock(), 0)
     assert ended is not None and ended.state is Progress.LOST
     assert not c.alive
+
+
+def test_an_answer_to_an_open_question_waits_for_the_skill_to_listen_on_the_clock():
+    """The wait a connection makes before it sends a turn (start_turn): until the asking
+    skill's `get_response.waiting`, or TurnTable.LISTEN_WITHIN after the question when it
+    never comes; none at all without a question."""
+    from hivemind_chat_agent.core.turns import TurnTable
+
+    def route(c, msg_type, data, tag):
+        reply, _ = parse_reply(msg_type, data, {"session": {"session_id": "mine"},
+                                                TURN_TAG_KEY: tag})
+        c.turns.route(reply, c.own_id, c.many_sessions)
+
+    def asked(clock):
+        c = Carried(clock=clock)
+        question = c.open("mine", "t1")
+        route(c, "skill.converse.get_response.enable", {"skill_id": "alerts"}, "t1")
+        route(c, "speak", {"utterance": "what time?", "expect_response": True}, "t1")
+        c.turns.finish(question)
+        return c
+
+    clock = FakeClock()
+    c = Carried(clock=clock)
+    c.turns.wait_for_listener("mine")
+    assert clock.now() == 0                                   # no question: at once
+    c = asked(clock)
+    clock.call_later(0.3, lambda: route(c, "alerts.get_response.waiting", {}, "t1"))
+    c.turns.wait_for_listener("mine")
+    assert clock.now() == 0.3                                 # the skill listens: at once
+    c.turns.wait_for_listener("mine")
+    assert clock.now() == 0.3
+    c = asked(clock)                                          # asked at 0.3, never listens
+    c.turns.wait_for_listener("mine")
+    assert clock.now() == 0.3 + TurnTable.LISTEN_WITHIN

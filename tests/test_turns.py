@@ -55,6 +55,9 @@ def test_reply_kinds_cover_old_and_new_topic_names():
     assert reply("ovos.intent.unmatched").kind is ReplyKind.UNMATCHED
     assert reply("ovos.utterance.cancelled").kind is ReplyKind.CANCELLED
     assert reply("something.else").kind is ReplyKind.OTHER
+    listening = reply("alarm.skill.get_response.waiting")
+    assert listening.kind is ReplyKind.QUESTION_LISTENING and listening.skill_id == "alarm.skill"
+    assert reply(".get_response.waiting").kind is ReplyKind.OTHER      # no skill named
     assert parse_reply("speak", None, ctx())[0] is None      # speak needs an utterance
     assert parse_reply("ovos.utterance.handled", None, ctx())[0].kind is ReplyKind.HANDLED
 
@@ -242,6 +245,29 @@ def test_an_answer_taken_by_get_response_ends_with_its_own_handled_on_ovos_core_
     assert r.turn is second and r.events == [Ended(Progress.HANDLED)]
     table.close(second)
     assert table.owed("a") == [] and table.sessions() == []
+
+
+def test_the_next_turn_waits_until_the_asking_skill_listens_at_most_listen_within():
+    """ovos-workshop takes an answer handed over before its get_response() thread listens and
+    then returns None (the skill gives up): the next utterance of the session goes once the
+    skill says `<skill>.get_response.waiting`, or LISTEN_WITHIN after the question if it never
+    does; a session without an open question goes at once."""
+    table = TurnTable()
+    assert table.listening_by("a") is None
+    ask(table, lambda t: t)                                  # asked at 0
+    assert table.listening_by("a") == TurnTable.LISTEN_WITHIN
+    assert table.listening_by("other") is None
+    r = table.route(reply("alarm.skill.get_response.waiting", {}, "a", "t1"), 0.05)
+    assert r.absorb is Absorb.RESPONSE_MODE and r.events == []    # routed as before
+    assert table.listening_by("a") is None
+    # a skill that never says it listens holds the answer LISTEN_WITHIN after its question
+    table = TurnTable()
+    ask(table, lambda t: t)
+    table.route(reply("other.skill.get_response.waiting", {}, "a", "t1"), 0.05)
+    assert table.listening_by("a") == TurnTable.LISTEN_WITHIN
+    # a question that ended (its handled) holds nothing
+    table.route(reply("ovos.utterance.handled", sid="a", tag="t1"), 0.5)
+    assert table.listening_by("a") is None and table.sessions() == []
 
 
 def test_an_answer_that_asks_again_ends_asked_and_the_next_answer_goes_to_the_same_question():

@@ -92,13 +92,28 @@ class CarriedTurns:
         self._book = book
         self.clock = clock          # every turn deadline here is read on it
         self._max_sessions = max_sessions
-        self._lock = threading.Lock()
+        # reentrant: a fake clock's wait (tests) runs what falls due, a reply among them, on
+        # the waiting thread
+        self._lock = threading.RLock()
+        self._heard = threading.Condition(self._lock)   # a skill listens, or a question ended
         self._table = TurnTable()
         self._handles: Dict[str, TurnHandle] = {}       # session id -> its turn in progress
         self._tags: Dict[str, str] = {}                 # open turn tag -> its session id
         self._carried: "OrderedDict[str, None]" = OrderedDict()   # sessions it has carried
         self._namespace: Optional[str] = None   # our prefix on a 4.13-4.14 hub, once seen
         self.untagged = False                   # the hub dropped our turn tag from some reply
+
+    def wait_for_listener(self, session_id: str) -> None:
+        """Before a turn of this session is sent: while a skill's question is open, wait until
+        the skill listens for the answer, bounded by `TurnTable.listening_by` (at once when no
+        question is open, or the hub never says it listens)."""
+        with self._heard:
+            while True:
+                until = self._table.listening_by(session_id)
+                remaining = 0.0 if until is None else until - self.clock.now()
+                if remaining <= 0:
+                    return
+                self.clock.wait(self._heard, remaining)
 
     def open(self, session_id: str, tag: str, timeout: float, sink: TurnSink,
              check: Callable[[], None] = lambda: None) -> TurnHandle:
@@ -187,6 +202,8 @@ class CarriedTurns:
             if reply.kind is ReplyKind.STOPPED:
                 return reply, None, unshare
             routing = self._table.route(reply, self.clock.now())
+            if reply.kind in (ReplyKind.QUESTION_LISTENING, ReplyKind.HANDLED):
+                self._heard.notify_all()
             if routing.absorb is not Absorb.NOTHING and reply.session is not None:
                 self._book.absorb(reply.session_id, reply.session,
                                   response_mode_only=routing.absorb is Absorb.RESPONSE_MODE)

@@ -202,6 +202,7 @@ class HubConnection:
             if not self.alive:
                 raise self.link.error or ConnectionLostError(
                     "the connection to the hub is closed; retry the turn")
+        self.turns.wait_for_listener(session.session_id)
         handle = self.turns.open(session.session_id, tag, timeout, sink, check)
         try:
             return self._send_turn(handle, session, utterance, tag)

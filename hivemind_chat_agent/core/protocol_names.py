@@ -22,6 +22,12 @@ CANCELLED_TYPES = frozenset({"ovos.utterance.cancelled"})
 # asking utterance's `handled` comes once the skill has finished with the answer.
 QUESTION_OPEN_TYPE = "skill.converse.get_response.enable"
 ANSWER_TAKEN_SUFFIX = ".converse.get_response"
+# "<skill_id>.get_response.waiting" (tagged with the asking utterance): the skill's thread that
+# takes the answer has started. ovos-workshop (7.x behind ovos-core 2.1.1, 9.x behind 3.7)
+# starts that thread after the question is spoken and polls for its result 0.1 s later; an
+# answer handed over before the thread has set itself up (a loaded hub, an answer sent at
+# once) makes get_response() return None: the skill gives up though the answer was taken.
+QUESTION_LISTENING_SUFFIX = ".get_response.waiting"
 
 # What a satellite reports once it has played a `speak`; skills that speak with wait=True (and
 # get_response, before it listens) block until it arrives for their session.

@@ -11,6 +11,7 @@ from hivemind_chat_agent.core.protocol_names import (
     ANSWER_TAKEN_SUFFIX,
     CANCELLED_TYPES,
     HANDLED_TYPES,
+    QUESTION_LISTENING_SUFFIX,
     QUESTION_OPEN_TYPE,
     SPEAK_TYPES,
     STOP_RESPONSE_SUFFIX,
@@ -29,6 +30,7 @@ class ReplyKind(str, Enum):
     CANCELLED = "cancelled"
     QUESTION_OPEN = "question_open"   # a skill's get_response() starts listening for an answer
     ANSWER_TAKEN = "answer_taken"     # ovos-core gave this utterance to a waiting get_response()
+    QUESTION_LISTENING = "question_listening"   # the asking skill is ready to take the answer
     STOPPED = "stopped"               # a skill (or engine) stopped at our stop: it says no more
     OTHER = "other"             # any other message of the session: only refreshes its Session
 
@@ -42,7 +44,7 @@ class Reply:
     turn_tag: Optional[str]                 # our tag echoed back in context, if the hub kept it
     utterance: str = ""
     expect_response: bool = False           # a skill asked a question and waits for the answer
-    skill_id: str = ""                      # the asking skill, for QUESTION_OPEN / ANSWER_TAKEN
+    skill_id: str = ""                      # the asking skill: QUESTION_*, ANSWER_TAKEN
     reason: str = ""                        # UNMATCHED: why, when the hub says (busy, ...)
     detail: str = ""                        # UNMATCHED: the hub's words for it
     speaker: str = ""                       # SPEAK: what spoke it (data.meta.skill)
@@ -101,6 +103,10 @@ def parse_reply(msg_type: Any, data: Any, context: Any) -> Tuple[Optional[Reply]
     elif msg_type.endswith(ANSWER_TAKEN_SUFFIX) and len(msg_type) > len(ANSWER_TAKEN_SUFFIX):
         return Reply(ReplyKind.ANSWER_TAKEN, msg_type, session_id, session, tag,
                      skill_id=msg_type[:-len(ANSWER_TAKEN_SUFFIX)]), ""
+    elif (msg_type.endswith(QUESTION_LISTENING_SUFFIX)
+          and len(msg_type) > len(QUESTION_LISTENING_SUFFIX)):
+        return Reply(ReplyKind.QUESTION_LISTENING, msg_type, session_id, session, tag,
+                     skill_id=msg_type[:-len(QUESTION_LISTENING_SUFFIX)]), ""
     elif msg_type.endswith(STOP_RESPONSE_SUFFIX) and data.get("result") is True:
         skill_id = data.get("skill_id")
         return Reply(ReplyKind.STOPPED, msg_type, session_id, session, tag,

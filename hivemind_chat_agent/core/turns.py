@@ -167,10 +167,12 @@ class Routing:
 class _Conversation:
     """Per-session routing state. `owed` holds the turn tags whose `ovos.utterance.handled` may
     still come (oldest first, bounded); `questions` maps a skill waiting in get_response() to
-    the tag of the utterance that made it ask."""
+    the tag of the utterance that made it ask; `unheard` those of them that have not said they
+    listen yet, to when they asked."""
     active: Optional[Turn] = None
     owed: List[str] = field(default_factory=list)
     questions: Dict[str, str] = field(default_factory=dict)
+    unheard: Dict[str, float] = field(default_factory=dict)
     stopped: List[str] = field(default_factory=list)   # tags of turns the caller stopped
 
     @property
@@ -190,12 +192,19 @@ class TurnTable:
       (`<skill>.converse.get_response`, tagged with that utterance, which never gets a
       `handled` of its own); the skill's reply is tagged with the *asking* utterance, and the
       asking utterance's `handled` ends the answering turn;
+    * the next turn of a session with a question open waits (`listening_by`) until the
+      asking skill says it listens (`<skill>.get_response.waiting`), at most `LISTEN_WITHIN`
+      after it asked: ovos-workshop gives up on an answer handed over before then;
     * speech tagged with an utterance that is not the running turn's (a late reply, an alarm, an
       abandoned question giving up) is spoken outside any turn: it goes to the subscribers;
     * replies without our tag (a hub that drops context) belong to the running turn.
     """
 
     MAX_OWED = 16   # per session; a hub that never sends `handled` must not grow us
+    # how long after its question a skill may take to say it listens: it starts listening once
+    # the question is spoken (our audio end; past 0.5 s on a loaded hub), 47-54 ms on an idle
+    # one; a skill of an ovos-workshop that never says so costs a quick answer this much
+    LISTEN_WITHIN = 2.0
 
     def __init__(self) -> None:
         self._convs: Dict[str, _Conversation] = {}
@@ -226,6 +235,16 @@ class TurnTable:
     def sessions(self) -> List[str]:
         return list(self._convs)
 
+    def listening_by(self, session_id: str) -> Optional[float]:
+        """When the session's next utterance may go: None at once (no question open, or each
+        asking skill listens), else the time by which they should listen. An utterance sent
+        while a question is open goes to the asking skill whatever it says, and one that
+        arrives before the skill listens is taken and then lost (core/protocol_names.py)."""
+        conv = self._convs.get(session_id)
+        if conv is None or not conv.unheard:
+            return None
+        return max(conv.unheard.values()) + self.LISTEN_WITHIN
+
     def route(self, reply: Reply, now: float) -> Routing:
         sid, tag, kind = reply.session_id, reply.turn_tag, reply.kind
         conv = self._convs.get(sid)
@@ -233,6 +252,9 @@ class TurnTable:
         if kind is ReplyKind.QUESTION_OPEN:
             if conv is not None and reply.skill_id and tag in conv.owed:
                 conv.questions[reply.skill_id] = tag
+                conv.unheard[reply.skill_id] = now
+        elif kind is ReplyKind.QUESTION_LISTENING and conv is not None:
+            conv.unheard.pop(reply.skill_id, None)
         mine = turn is not None and (tag is None or tag == turn.tag or
                                      (turn.answers is not None and tag == turn.answers))
         earlier = conv is not None and tag is not None and tag in conv.owed and not mine
@@ -272,6 +294,7 @@ class TurnTable:
             for skill, asked in list(conv.questions.items()):
                 if asked == tag:
                     del conv.questions[skill]
+                    conv.unheard.pop(skill, None)
         if turn is not None and paid in (turn.tag, turn.answers):
             return Routing(turn, turn.handled(), absorb=Absorb.ALL)
         self._forget_if_idle(sid)
