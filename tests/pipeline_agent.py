@@ -21,7 +21,8 @@ Utterances it understands (first word):
                         `<16 hex>:<declared>`; the namespace is left out, as on 4.0)
   ask [SECONDS]         asks a question (expect_response), takes the session's next utterance
                         as the answer, then goes on, as ovos-core runs a skill's get_response:
-                        `skill.converse.get_response.enable`, the answer routed to
+                        `skill.converse.get_response.enable`, the question, then
+                        `test.skill.get_response.waiting` (it listens), the answer routed to
                         `test.skill.converse.get_response` (no handled of its own), the reply
                         and then the handled under the asking utterance; "no answer, never
                         mind" when SECONDS pass without one
@@ -160,6 +161,7 @@ class PipelineAgent(AgentProtocol):
                                                  {"skill_id": "test.skill"}))
             self._speak(loop, peer, message, "what is your favourite colour?",
                         expect_response=True)
+            self._send(loop, peer, message.reply("test.skill.get_response.waiting"))
             try:
                 answer = answers.get(timeout=float(args[0]) if args else 10)
             except queue.Empty:
