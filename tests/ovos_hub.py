@@ -57,6 +57,20 @@ HUB_PIPELINE = ["stop_high", "converse", "padatious_high", "adapt_high", "fallba
                 "fallback_medium", "fallback_low"]
 
 
+def sound_agent(generation: str) -> str:
+    """The agent plugin a suite that asserts every turn through a genuine ovos-core puts in the
+    hub: the stock hivemind-ovos-agent-plugin where it is sound (5.x: hivemind-core writes every
+    frame on its IO loop), our plugin's OVOS mode on 4.0. There hivemind-websocket-protocol
+    0.0.3 writes a frame from whichever thread sends it, and the stock plugin 0.1.0 sends from
+    its OVOS bus thread: under load a satellite's stream gets a frame twice or loses one
+    (tornado's iostream AssertionError in the hub log), whatever the client does: 2 of 60
+    questions answered at once on a busy hub, 0 through the OVOS mode or on 5.x
+    (benchmarks/bench_busy_questions.py). 2 of the 9 CI runs since these suites began failed in
+    a test of their 4.0 stock hub. The stock 4.0 plugin is measured, not asserted:
+    bench_busy_questions.py, bench_ha_load.py, docs/troubleshooting.md."""
+    return "ovos-mode" if generation == "4.0" else "stock"
+
+
 def venv_name(generation: str = "4.0") -> str:
     return {"4.0": "ovos-hub", "5": "ovos-hub-5"}[generation]
 

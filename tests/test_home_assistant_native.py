@@ -353,13 +353,14 @@ def test_a_hub_with_another_noise_key_at_a_known_address_is_hub_key_changed(
 
 
 def test_a_genuine_ovos_skills_question_reopens_the_microphone(home_assistant, generation):
-    """ovos-core with real skills behind the stock agent plugin (tests/ovos_hub.py): the
+    """ovos-core with real skills behind the hub's agent plugin (tests/ovos_hub.py; the stock
+    one on 5.x, the OVOS mode on 4.0: ovos_hub.sound_agent): the
     alerts skill's "set an alarm" asks for the time with get_response, HA's answer says
     continue_conversation, and the next utterance of the conversation sets the alarm while
     another conversation greets in between."""
-    from ovos_hub import OVOSHub
+    from ovos_hub import OVOSHub, sound_agent
     ha = home_assistant
-    ovos = OVOSHub(generation=generation).start()
+    ovos = OVOSHub(generation=generation, agent=sound_agent(generation)).start()
     try:
         entry_id, entity = add_entry(ha, ovos.port, ovos.add_client())
         ha.set_options(entry_id, {"per_device": False, "timeout": 60})  # ovos-core's cold start
