@@ -23,24 +23,13 @@ from collections import Counter
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 
-from ovos_hub import OVOSHub, timed  # noqa: E402
+from ovos_hub import OVOSHub, timed, warm_up  # noqa: E402
 from ovos_utils.log import LOG  # noqa: E402
 
 from hivemind_chat_agent import HiveMindChatAgent  # noqa: E402
 
 LOG.set_level("ERROR")
 RACES = ("AssertionError", "Uncaught exception", "dictionary changed size")
-
-
-def warm_up(creds):
-    """ovos-core's first greeting and first alerts question load their parsers (seconds)."""
-    warm = HiveMindChatAgent(creds.agent_config(timeout=60))
-    try:
-        warm.get_response("hello world", session_id="warm-up")
-        warm.get_response("set an alarm", session_id="warm-up-alerts")
-        warm.get_response("cancel", session_id="warm-up-alerts")
-    finally:
-        warm.shutdown()
 
 
 def keep_busy(agent, session_id, stop):

@@ -7,11 +7,11 @@ messagebus that goes away is a typed failure, then works again once it is back."
 import time
 
 import pytest
-from ovos_hub import RESPONSE_WINDOW, OVOSHub, greetings_at_once, timed
+from ovos_hub import RESPONSE_WINDOW, OVOSHub, greetings_at_once, timed, warm_up
 from satellite_process import run_satellite
 from waiting import hold_still, wait_until
 
-from hivemind_chat_agent import HiveMindChatAgent, TurnStatus
+from hivemind_chat_agent import TurnStatus
 from hivemind_chat_agent.errors import HubBackendUnavailableError
 
 pytestmark = pytest.mark.hub
@@ -27,13 +27,7 @@ def ovos_mode(generation):
 @pytest.fixture(scope="module")
 def ovos_mode_creds(ovos_mode):
     creds = ovos_mode.add_client()
-    warm = HiveMindChatAgent(creds.agent_config(timeout=60))    # as test_real_ovos warms up
-    try:
-        warm.get_response("hello world", session_id="warm-up")
-        warm.get_response("set an alarm", session_id="warm-up-alerts")
-        warm.get_response("cancel", session_id="warm-up-alerts")
-    finally:
-        warm.shutdown()
+    warm_up(creds)
     return creds
 
 

@@ -19,11 +19,10 @@ import time
 
 import pytest
 from hubs import CLIENT_TOPICS
-from ovos_hub import OVOSHub
+from ovos_hub import OVOSHub, warm_up
 from stock_satellite import AUDIO_END, AUDIO_START, HANDLED, SPEAK_TYPES, StockSatellite
 from waiting import UNIT, hold_still, wait_until
 
-from hivemind_chat_agent import HiveMindChatAgent
 from hivemind_chat_agent.core.ovos_probation import PROBATION_SECONDS
 from hivemind_chat_agent.core.protocol_names import UNMATCHED_TYPE
 from hivemind_chat_agent.core.turns import EndReason
@@ -46,13 +45,7 @@ def ovos_mode(generation):
 @pytest.fixture(scope="module")
 def warmed(ovos_mode):
     """The hub, its skills past their first (slow) use, as tests/test_ovos_mode.py warms up."""
-    warm = HiveMindChatAgent(ovos_mode.add_client().agent_config(timeout=60))
-    try:
-        warm.get_response("hello world", session_id="warm-up")
-        warm.get_response("set an alarm", session_id="warm-up-alerts")
-        warm.get_response("cancel", session_id="warm-up-alerts")
-    finally:
-        warm.shutdown()
+    warm_up(ovos_mode.add_client())
     return ovos_mode
 
 

@@ -17,10 +17,9 @@ import threading
 import time
 
 import pytest
-from ovos_hub import RESPONSE_WINDOW, OVOSHub, greetings_at_once, sound_agent, timed
+from ovos_hub import RESPONSE_WINDOW, OVOSHub, greetings_at_once, sound_agent, timed, warm_up
 from waiting import hold_still, wait_until
 
-from hivemind_chat_agent import HiveMindChatAgent
 from hivemind_chat_agent.bridges.cli import main as cli_main  # noqa: F401  (the CLI imports cleanly)
 
 
@@ -34,17 +33,7 @@ def ovos(generation):
 @pytest.fixture(scope="module")
 def ovos_creds(ovos):
     creds = ovos.add_client()
-    # the hub's first utterance ever warms its agent plugin and skills (seconds on a loaded
-    # 2-core machine); the tests time what follows
-    warm = HiveMindChatAgent(creds.agent_config(timeout=60))
-    try:
-        warm.get_response("hello world", session_id="warm-up")
-        # alerts loads its parsers at its first question: 2-25 s on a loaded machine (25.4 s
-        # in one clean-clone CI run), which is ovos-core's cold start, not a turn of ours
-        warm.get_response("set an alarm", session_id="warm-up-alerts")
-        warm.get_response("cancel", session_id="warm-up-alerts")
-    finally:
-        warm.shutdown()
+    warm_up(creds)
     return creds
 
 
