@@ -100,13 +100,12 @@ def parse_reply(msg_type: Any, data: Any, context: Any) -> Tuple[Optional[Reply]
         skill_id = data.get("skill_id")
         return Reply(ReplyKind.QUESTION_OPEN, msg_type, session_id, session, tag,
                      skill_id=skill_id if isinstance(skill_id, str) else ""), ""
-    elif msg_type.endswith(ANSWER_TAKEN_SUFFIX) and len(msg_type) > len(ANSWER_TAKEN_SUFFIX):
+    elif skill_id := _skill_named(msg_type, ANSWER_TAKEN_SUFFIX):
         return Reply(ReplyKind.ANSWER_TAKEN, msg_type, session_id, session, tag,
-                     skill_id=msg_type[:-len(ANSWER_TAKEN_SUFFIX)]), ""
-    elif (msg_type.endswith(QUESTION_LISTENING_SUFFIX)
-          and len(msg_type) > len(QUESTION_LISTENING_SUFFIX)):
+                     skill_id=skill_id), ""
+    elif skill_id := _skill_named(msg_type, QUESTION_LISTENING_SUFFIX):
         return Reply(ReplyKind.QUESTION_LISTENING, msg_type, session_id, session, tag,
-                     skill_id=msg_type[:-len(QUESTION_LISTENING_SUFFIX)]), ""
+                     skill_id=skill_id), ""
     elif msg_type.endswith(STOP_RESPONSE_SUFFIX) and data.get("result") is True:
         skill_id = data.get("skill_id")
         return Reply(ReplyKind.STOPPED, msg_type, session_id, session, tag,
@@ -114,6 +113,12 @@ def parse_reply(msg_type: Any, data: Any, context: Any) -> Tuple[Optional[Reply]
     else:
         kind = ReplyKind.OTHER
     return Reply(kind, msg_type, session_id, session, tag), ""
+
+
+def _skill_named(msg_type: str, suffix: str) -> str:
+    """The skill id of a "<skill_id><suffix>" message type; "" when it is not one, or names no
+    skill."""
+    return msg_type[:-len(suffix)] if msg_type.endswith(suffix) else ""
 
 
 def first_utterance(data: Any) -> Optional[str]:
