@@ -25,11 +25,11 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 
 from ovos_hub import OVOSHub, timed, warm_up  # noqa: E402
 from ovos_utils.log import LOG  # noqa: E402
+from stock_hub import STOCK_PLUGIN_RACES  # noqa: E402
 
 from hivemind_chat_agent import HiveMindChatAgent  # noqa: E402
 
 LOG.set_level("ERROR")
-RACES = ("AssertionError", "Uncaught exception", "dictionary changed size")
 
 
 def keep_busy(agent, session_id, stop):
@@ -75,7 +75,7 @@ def measure(plugin, generation, questions, bystanders):
         agent = HiveMindChatAgent(creds.agent_config(timeout=20))
         outcomes = Counter(ask_and_answer(agent, f"asker-{i}") for i in range(questions))
         log = hub.log_since("hivemind", offset)
-        races = sum(line.count(race) for line in log.splitlines() for race in RACES)
+        races = sum(log.count(race) for race in STOCK_PLUGIN_RACES)
         return outcomes, races
     finally:
         stop.set()

@@ -23,12 +23,11 @@ from cpu_burner import cpu_burner  # noqa: E402
 from home_assistant import Server, load_phases  # noqa: E402
 from ovos_utils.log import LOG  # noqa: E402
 from report import Table  # noqa: E402
-from stock_hub import PLUGINS, StockOVOSHub  # noqa: E402
+from stock_hub import PLUGINS, STOCK_PLUGIN_RACES, StockOVOSHub  # noqa: E402
 
 from hivemind_chat_agent import HiveMindChatAgent  # noqa: E402
 
 LOG.set_level("ERROR")
-RACES = ("dictionary changed size", "AssertionError", "Uncaught exception")
 TURNS_PER_RUN = 80
 
 
@@ -51,7 +50,7 @@ def measure(plugin, runs, burners):
     hub = StockOVOSHub(plugin=plugin).start()
     try:
         results = [one_run(hub, run, burners) for run in range(runs)]
-        races = sorted({race for race in RACES if race in hub.logs()})
+        races = sorted({race for race in STOCK_PLUGIN_RACES if race in hub.logs()})
     finally:
         hub.cleanup()
     for run, (lost, seconds) in enumerate(results):

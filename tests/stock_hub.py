@@ -24,6 +24,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import hub_venvs  # noqa: E402
 
+# what the stock 4.0 plugin's races leave in a hub log: tornado's iostream AssertionError and
+# "Uncaught exception" (frames written off the IO loop), "dictionary changed size" (the client
+# table iterated on the bus thread)
+STOCK_PLUGIN_RACES = ("dictionary changed size", "AssertionError", "Uncaught exception")
+
 STOCK_PLUGIN = "hivemind-ovos-agent-plugin"
 OUR_PLUGIN = "hivemind-chat-agent-plugin"
 PLUGINS = ("stock", "ovos-mode")

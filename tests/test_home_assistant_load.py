@@ -15,12 +15,12 @@ import pytest
 from cpu_burner import cpu_burner
 from home_assistant import Server, load_phases
 from hubs import hub_generations
-from stock_hub import StockOVOSHub
+from stock_hub import STOCK_PLUGIN_RACES, StockOVOSHub
 
 from hivemind_chat_agent import HiveMindChatAgent
 
 pytestmark = pytest.mark.hub
-RACES = ("dictionary changed size", "AssertionError", "Uncaught exception", "Traceback")
+RACES = STOCK_PLUGIN_RACES + ("Traceback",)
 
 
 @pytest.fixture(scope="module", params=hub_generations())
