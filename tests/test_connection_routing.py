@@ -280,5 +280,9 @@ def test_an_answer_to_an_open_question_waits_for_the_skill_to_listen_on_the_cloc
     c.turns.wait_for_listener("mine")
     assert clock.now() == 0.3
     c = asked(clock)                                          # asked at 0.3, never listens
+    # no turn runs, but the skill still waits for the question's audio end: it is repeated
+    assert not c.turns.is_open("mine") and c.turns.awaits_audio_end("mine")
     c.turns.wait_for_listener("mine")
     assert clock.now() == 0.3 + TurnTable.LISTEN_WITHIN
+    route(c, "alerts.get_response.waiting", {}, "t1")
+    assert not c.turns.awaits_audio_end("mine")

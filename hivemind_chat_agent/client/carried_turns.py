@@ -152,6 +152,16 @@ class CarriedTurns:
             handle = self._handles.get(session_id)
             return handle is not None and not handle.turn.state.is_final
 
+    def awaits_audio_end(self, session_id: str) -> bool:
+        """A turn of the session is in progress, or a skill asked it a question and has not
+        said it listens: get_response() speaks its question with wait=True and listens only
+        after the audio end, so an audio end it missed must be repeated though no turn runs
+        (the next turn waits for that skill: wait_for_listener)."""
+        with self._lock:
+            handle = self._handles.get(session_id)
+            return (handle is not None and not handle.turn.state.is_final) or \
+                self._table.listening_by(session_id) is not None
+
     def unanswered(self, msg_type: str) -> List[TurnHandle]:
         """Turns sent as `msg_type` that got nothing back: what a denial can be about."""
         with self._lock:

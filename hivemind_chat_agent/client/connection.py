@@ -98,7 +98,7 @@ class HubConnection:
         self.reports = SatelliteReports(
             emit=lambda message: self._transport.emit(HiveMessage(HiveMessageType.BUS,
                                                                   payload=message)),
-            wire=self._book.wire, source=self.useragent, turn_open=self.turns.is_open,
+            wire=self._book.wire, source=self.useragent, turn_open=self.turns.awaits_audio_end,
             usable=lambda: self.alive, clock=clock)
 
     # ---- what the link knows ----

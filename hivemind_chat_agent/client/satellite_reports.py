@@ -38,7 +38,8 @@ class SatelliteReports:
         self._emit = emit              # sends one BUS message, raising HiveMindChatError
         self._wire = wire              # a Session as it goes on the wire
         self._source = source
-        self._turn_open = turn_open    # the session has a turn in progress
+        self._turn_open = turn_open    # the session has a turn in progress, or a question
+        # whose skill has not said it listens (CarriedTurns.awaits_audio_end)
         self._usable = usable          # the connection is ready and not closed
         self._lock = threading.Lock()
         self._refused: set = set()
@@ -82,9 +83,10 @@ class SatelliteReports:
             self._clock.call_later(delay, lambda: self._echo(delay))
 
     def _echo(self, delay: float) -> None:
-        """Only for turns still open: once `handled` came, no skill of the turn waits any
-        more, and a frame more is a frame that a stock 4.0 hub plugin may be forwarding while
-        another client connects (the race churn_gate keeps turns away from)."""
+        """Only for turns still open (or a question whose skill does not listen yet): once
+        `handled` came, no skill of the turn waits any more, and a frame more is a frame that
+        a stock 4.0 hub plugin may be forwarding while another client connects (the race
+        churn_gate keeps turns away from)."""
         with self._lock:
             echoes, self._echoes = self._echoes, {}
         for session_id, tag in echoes.items():
