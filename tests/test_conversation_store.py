@@ -516,3 +516,65 @@ def test_redis_stopped_and_restarted_under_load_fails_turns_cleanly_then_nothing
         users = [text for role, text in history if role == "user"]
         assert users[-2:] == [f"after {s}", f"after {s + 4}"]
         assert all(int(u.split()[1]) % 4 == s for u in users if u.startswith("turn"))
+
+
+@pytest.mark.hub
+def test_a_begin_written_early_reads_as_the_begin_and_its_connection_is_kept(redis_server,
+                                                                             tmp_path):
+    """RedisStore.send_begin (the IO loop writes a turn's begin as a free worker takes the
+    turn) never connects: nothing until a turn's end on a worker has connected a connection
+    for it; then the worker reads what a begin would have, on the same connection each time;
+    a kept connection that Redis closed meanwhile is dropped, never written to, and the next
+    turn's end connects another. The memory store never sends early."""
+    from hivemind_chat_agent.hub.conversation_store import RUNNING
+    assert open_store("memory", 2, 256, 60, data_home=lambda: str(tmp_path)).send_begin(
+        "s", "t0", "c") is None
+    store = open_store(redis_server.url, 2, 256, 60, data_home=lambda: str(tmp_path))
+    assert store.send_begin("s", "t0", client="c") is None        # nothing connected yet
+    first = store.begin("s", "t0", client="c")
+    assert first.record is None
+    store.finish("s", "t0", Exchange("hi", "hello", ANSWERED), ["hello"], first.history,
+                 keep_exchange=True, client="c")
+    connections = set()
+    for turn in ("t1", "t2"):
+        sent = store.send_begin("s", turn, client="c")
+        connections.add(id(sent.connection))
+        begun = store.begin("s", turn, client="c", sent=sent)
+        assert begun.record is None and [e.user for e in begun.history] == ["hi"]
+    assert len(connections) == 1
+    again = store.begin("s", "t1", client="c", sent=store.send_begin("s", "t1", client="c"))
+    assert again.record.state == RUNNING                          # claimed once only
+    store.unclaim("s", "t1", client="c")
+    assert store.turn_record("s", "t1") is None
+    redis_server.stop()
+    redis_server.start()                     # the kept connection was closed by the restart
+    assert store.send_begin("s", "t3", client="c") is None
+    third = store.begin("s", "t3", client="c")
+    assert third.record is None and store.send_begin("s", "t4", client="c") is None
+    store.finish("s", "t3", Exchange("hi", "hello", ANSWERED), ["hello"], third.history,
+                 keep_exchange=True, client="c")
+    assert store.send_begin("s", "t4", client="c") is not None    # connected again
+    store.close()
+
+
+@pytest.mark.hub
+def test_a_turn_begun_early_that_then_does_not_run_gives_its_record_up(redis_server,
+                                                                       replicas):
+    """A turn whose begin went out as it was queued but which did not run (its satellite
+    left, or it ended, before the worker took it up) leaves no record behind: the same turn
+    sent again runs at once instead of waiting for a record that nobody runs."""
+    from hivemind_chat_agent.hub import turn_runner
+    a = replicas(timeout=5)
+    assert a.ask("hello", turn_id="t0") == ["hello there"]   # a connection kept for them
+    store, sent = a.protocol.store, []
+
+    def send_begin(*args, **kwargs):
+        sent.append(type(store).send_begin(store, *args, **kwargs))
+        return sent[-1]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(store, "send_begin", send_begin)
+        patch.setattr(turn_runner, "connection_closed", lambda client: True)
+        a.send("hello", turn_id="t1")
+        assert a.pump_until(lambda: len(a.protocol.open_turns) == 0)     # abandoned
+    assert sent and sent[0] is not None
+    assert a.ask("hello", turn_id="t1") == ["hello there"]

@@ -98,6 +98,33 @@ def held(started, gate):
     return run
 
 
+def test_at_once_is_called_only_for_a_job_a_free_worker_takes_now():
+    """The hub writes a turn's store round trip in `at_once` (hub/turn_runner.py): only a job
+    that no worker cap, running key or busy worker holds back may get one."""
+    ex = KeyedSerialExecutor(workers=2, max_pending=10, workers_per_group=1)
+    calls, gate, started = [], threading.Event(), threading.Event()
+
+    def noted(name):
+        return lambda: calls.append(name)
+    ex.submit("a", held(started, gate), group="g", at_once=noted("a"))   # a worker to start
+    assert started.wait(5)
+    ex.submit("a", lambda: None, group="g", at_once=noted("a again, its key running"))
+    ex.submit("b", lambda: None, group="g", at_once=noted("b, its group at its cap"))
+    assert wait_until(lambda: ex.idle == 1, 5)
+    other_started, other_gate = threading.Event(), threading.Event()
+    ex.submit("c", held(other_started, other_gate), group="h", at_once=noted("c"))
+    assert other_started.wait(5)
+    ex.submit("d", lambda: None, group="i", at_once=noted("d, no worker free"))
+    gate.set()
+    other_gate.set()
+    assert wait_until(lambda: ex.pending == 0 and ex.idle == 2, 5)
+    done = threading.Event()
+    ex.submit("e", done.set, group="g", at_once=noted("e"))
+    assert done.wait(5)
+    ex.shutdown()
+    assert calls == ["a", "c", "e"]
+
+
 def test_executor_refuses_beyond_its_bound_and_survives_failing_jobs():
     ex = KeyedSerialExecutor(workers=1, max_pending=2)
     gate, started = threading.Event(), threading.Event()

@@ -67,9 +67,19 @@ class ConversationStore(Protocol):
     """Other hubs read this store too (replicas): a conversation lives on by its TTL, not by
     whether this hub still follows its session."""
 
-    def begin(self, session_id: str, turn_id: str, client: str = "") -> Begun:
+    def begin(self, session_id: str, turn_id: str, client: str = "",
+              sent: Optional[Any] = None) -> Begun:
         """A turn of `client`'s session starts (`turn_id` "" for one without an id: no
-        record). TurnRecordsFull: its record could not be started (see the module)."""
+        record). TurnRecordsFull: its record could not be started (see the module). `sent`:
+        what `send_begin` returned for this turn (its replies are read instead)."""
+
+    def send_begin(self, session_id: str, turn_id: str, client: str = "") -> Optional[Any]:
+        """IO loop, never waiting: `begin` started now for a turn a free worker takes up at
+        once, which then passes the result to `begin`; None when this store cannot (the
+        worker begins as usual)."""
+
+    def unclaim(self, session_id: str, turn_id: str, client: str = "") -> None:
+        """The record `begin` claimed for a turn that then did not run is given up."""
 
     def finish(self, session_id: str, turn_id: str, exchange: Exchange, sentences: List[str],
                earlier: List[Exchange], keep_exchange: bool, client: str = "") -> None:
@@ -137,7 +147,8 @@ class MemoryStore:
         with self._lock:
             self.transcripts.record(session_id, exchange)
 
-    def begin(self, session_id: str, turn_id: str, client: str = "") -> Begun:
+    def begin(self, session_id: str, turn_id: str, client: str = "",
+              sent: Optional[Any] = None) -> Begun:
         record = self.claim_turn(session_id, turn_id, client) if turn_id else None
         kept = SessionManager.sessions.get(session_id)
         return Begun(record, kept.serialize() if kept is not None else None,
@@ -150,6 +161,14 @@ class MemoryStore:
         if turn_id:
             with self._lock:
                 self.turns.done(session_id, turn_id, sentences, exchange.ended)
+
+    def send_begin(self, session_id: str, turn_id: str, client: str = "") -> None:
+        """None: `begin` waits for nothing here."""
+        return None
+
+    def unclaim(self, session_id: str, turn_id: str, client: str = "") -> None:
+        with self._lock:
+            self.turns.release(session_id, turn_id)
 
     def keep_session(self, session_id: str, session: Dict[str, Any], client: str = "") -> None:
         """Nothing to do: the engine's Session is in SessionManager already."""

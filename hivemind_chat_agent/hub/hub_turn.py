@@ -108,6 +108,7 @@ class HubTurn:
         self.owns_record = False   # this hub runs it and keeps its record (hub/turn_records)
         self.replayed = False      # answered from the record of an earlier run
         self.earlier: List[Any] = []   # the history it began with (core/transcript.Exchange)
+        self.sent_begin: Optional[Any] = None   # the store's begin, written as it was queued
         # the thread that runs `loop`'s callbacks: the transport's (a turn is made there, as
         # core hands it over) or the plugin's own loop thread (hub/reply_loops.py)
         self._loop_thread = getattr(loop, "thread_id", threading.get_ident())

@@ -26,7 +26,7 @@ TURN_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 FIRST_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 STORE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 STORE_OPS = ("begin", "finish", "history", "record", "keep_session", "secret", "claim_turn",
-             "take_over", "turn_record", "ping")
+             "take_over", "turn_record", "unclaim", "ping")
 
 
 class NoMetrics:
@@ -121,8 +121,10 @@ class TimedStore:
         self._clock = clock
         self._secret: Optional[bytes] = None
 
-    def _timed(self, op: str, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        started, failed = self._clock(), False
+    def _timed(self, op: str, method: Callable[..., Any], *args: Any,
+               since: Optional[float] = None, **kwargs: Any) -> Any:
+        """`method`'s call timed, from `since` if given (a round trip written earlier)."""
+        started, failed = (self._clock() if since is None else since), False
         try:
             return method(*args, **kwargs)
         except ConversationStoreError:
@@ -131,8 +133,21 @@ class TimedStore:
         finally:
             self._metrics.store_call(op, self._clock() - started, failed)
 
-    def begin(self, *args: Any, **kwargs: Any) -> Any:
-        return self._timed("begin", self._inner.begin, *args, **kwargs)
+    def begin(self, session_id: str, turn_id: str, client: str = "",
+              sent: Optional[Any] = None) -> Any:
+        """Timed from `send_begin`'s write when it was sent early: the round trip's time."""
+        return self._timed("begin", self._inner.begin, session_id, turn_id, client=client,
+                           sent=sent, since=sent.started if sent is not None else None)
+
+    def send_begin(self, session_id: str, turn_id: str, client: str = "") -> Optional[Any]:
+        started = self._clock()
+        sent = self._inner.send_begin(session_id, turn_id, client=client)
+        if sent is not None:
+            sent.started = started
+        return sent
+
+    def unclaim(self, *args: Any, **kwargs: Any) -> None:
+        self._timed("unclaim", self._inner.unclaim, *args, **kwargs)
 
     def finish(self, *args: Any, **kwargs: Any) -> None:
         self._timed("finish", self._inner.finish, *args, **kwargs)

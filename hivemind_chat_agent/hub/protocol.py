@@ -257,8 +257,12 @@ class ChatAgentProtocol(AgentProtocol):
             run_turn(self, turn)
         turn.job = job
         self.open_turns.add(turn)
+        def begin_early() -> None:     # a free worker takes it now: overlap its round trip
+            turn.sent_begin = self.store.send_begin(turn.session_id, turn.turn_id,
+                                                    client=turn.store_client)
         try:
-            self.executor.submit(turn.session_id, job, group=connection_client(turn.client))
+            self.executor.submit(turn.session_id, job, group=connection_client(turn.client),
+                                 at_once=begin_early)
         except QueueFull as e:
             turn.finish(failed=True, why=f"hub busy ({e})", reason=EndReason.BUSY)
             return
@@ -299,7 +303,15 @@ class ChatAgentProtocol(AgentProtocol):
             turn.timer = self.clock.call_later(remaining, lambda: self._watch(turn))
         elif turn.finish(failed=True, why=f"engine gave no sentence for "
                                           f"{self.settings.timeout:g} s", reason=EndReason.TIMEOUT):
-            self.executor.cancel(turn.session_id, turn.job)   # if it never started
+            self.unqueue(turn)
+
+    def unqueue(self, turn: HubTurn) -> None:
+        """IO loop: a turn that ended (a timeout, a stop) leaves the executor's queue if its
+        job never started; unless its begin went out to the store as it was queued: that job
+        runs, reads the replies and gives up the record it claimed (hub/turn_runner.py), and
+        a free worker was taking it up already."""
+        if turn.sent_begin is None:
+            self.executor.cancel(turn.session_id, turn.job)
 
     def _on_connection_closed(self, client) -> None:
         """IO loop, as the connection goes: its sessions, and its old names in core's table

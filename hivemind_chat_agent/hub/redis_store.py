@@ -14,7 +14,8 @@ Engine session ids are keyed digests of the access key and the declared id (core
 and <client> is the digest alone: no access key or utterance is in a key name, and every id in
 one is bounded (core/limits.py). Every write renews its conversation's keys for `session_ttl`.
 A turn costs two round trips of plain commands: one as it begins (the Session and history read,
-its record claimed and counted) and one as it ends, after the answer (the exchange appended and
+its record claimed and counted; written by the IO loop as the turn goes to a free worker, which
+reads the replies: `send_begin`) and one as it ends, after the answer (the exchange appended and
 trimmed, the record done, the session marked the client's most recent); a third when the engine
 changed the Session. A client at one of its caps costs one script more (hub/redis_scripts.py),
 as a turn ends: a new session past `max_sessions_per_client`, or a client at
@@ -64,7 +65,7 @@ from hivemind_chat_agent.hub.redis_keys import (
     turn_key,
     turns_key,
 )
-from hivemind_chat_agent.hub.redis_rounds import STORE_ERRORS, RoundTrips
+from hivemind_chat_agent.hub.redis_rounds import STORE_ERRORS, RoundTrips, SentRound
 from hivemind_chat_agent.hub.redis_urls import is_cluster, redis_client, shown_url
 
 HEARTBEAT = 1.0        # seconds between this hub's "alive" renewals
@@ -122,23 +123,48 @@ class RedisStore:
             self._rounds.run(*self._append(session_id, exchange, self.history(session_id)),
                              durable=self.durable)
 
-    def begin(self, session_id: str, turn_id: str, client: str = "") -> Begun:
+    def begin(self, session_id: str, turn_id: str, client: str = "",
+              sent: Optional[SentRound] = None) -> Begun:
         """The Session and history read and the record claimed (and counted, for a client
         with many turns at once), in one round trip; the rest of the bookkeeping waits for
-        `finish`, after the answer."""
-        self._beat()
+        `finish`, after the answer. `sent`: what `send_begin` wrote for this turn, whose
+        replies are read here instead."""
+        if sent is not None:
+            replies = self._rounds.read(sent)
+        else:
+            self._beat()
+            replies = self._rounds.run(*self._begin_commands(session_id, turn_id, client))
+        history = exchanges_from_json(replies[1]) if self.history_turns else []
+        record = self._claimed(replies[-3:], client, session_id, turn_id, time.time()) \
+            if turn_id else None
+        return Begun(record, _json_dict(replies[0]), history)
+
+    def send_begin(self, session_id: str, turn_id: str, client: str = "") -> Optional[SentRound]:
+        """IO loop, as a turn goes to a worker that is free: `begin`'s commands written now,
+        so that Redis answers while the worker picks the turn up (bench_store.py: the round
+        trip otherwise comes after the hand-off); None when writing would wait (no connection
+        kept for it yet, the heartbeat's first write not made): the worker begins as usual."""
+        if self._heartbeat is None:
+            return None
+        return self._rounds.send_early(*self._begin_commands(session_id, turn_id, client))
+
+    def unclaim(self, session_id: str, turn_id: str, client: str = "") -> None:
+        """A record this hub claimed for a turn it did not run after all (it ended while
+        queued, or its satellite went): gone, so that a resend of the turn runs, here or on
+        another replica."""
+        prefix = self._prefix(session_id)
+        self._rounds.run(("DEL", turn_key(prefix, session_id, turn_id)),
+                         ("ZREM", turns_key(prefix, client), member(session_id, turn_id)))
+
+    def _begin_commands(self, session_id: str, turn_id: str, client: str) -> List[tuple]:
+        """`begin`'s commands: the Session, the history, and the claim (for a turn id)."""
         prefix = self._prefix(session_id)
         commands: List[tuple] = [("GET", session_key(prefix, session_id))]
         if self.history_turns:
             commands.append(("LRANGE", history_key(prefix, session_id), 0, -1))
-        now = time.time()
         if turn_id:
-            commands += self._claim(client, session_id, turn_id, now)
-        replies = self._rounds.run(*commands)
-        history = exchanges_from_json(replies[1]) if self.history_turns else []
-        record = self._claimed(replies[-3:], client, session_id, turn_id, now) \
-            if turn_id else None
-        return Begun(record, _json_dict(replies[0]), history)
+            commands += self._claim(client, session_id, turn_id, time.time())
+        return commands
 
     def finish(self, session_id: str, turn_id: str, exchange: Exchange, sentences: List[str],
                earlier: List[Exchange], keep_exchange: bool, client: str = "") -> None:
@@ -161,6 +187,7 @@ class RedisStore:
         if cap:
             commands += self._touch(prefix, client, session_id, now)
         if not commands:
+            self._rounds.stock_early()
             return
         replies = self._rounds.run(*commands, durable=self.durable and bool(
             turn_id or keep_exchange and self.history_turns))
@@ -171,6 +198,7 @@ class RedisStore:
         if turn_id and replies[-1] >= records:  # room for the next claims: a script every
             self._script("MAKE_ROOM", prefix, [turns_key(prefix, client)], [  # records/16
                 records - max(1, records // 16), int(TURN_RECORD_TTL), now, ""])   # turns
+        self._rounds.stock_early()      # for the next turn's begin (`send_begin`)
 
     def _touch(self, prefix: str, client: str, session_id: str, now: float) -> List[tuple]:
         """The commands that mark the session the client's most recent and count the client's
@@ -268,6 +296,7 @@ class RedisStore:
 
     def close(self) -> None:
         self._closed.set()
+        self._rounds.close_early()
         self._pinger.close()
         try:
             self._redis.delete(alive_key(self.owner))   # its turns are free to take over now

@@ -40,6 +40,7 @@ class KeyedSerialExecutor:
         self._running_in: Counter = Counter()                 # group -> jobs running
         self._pending_in: Counter = Counter()                 # group -> jobs waiting
         self._pending = 0
+        self._idle = 0                                        # workers waiting for a job
         self._threads: List[threading.Thread] = []
         self._closed = False
 
@@ -47,8 +48,19 @@ class KeyedSerialExecutor:
     def pending(self) -> int:
         return self._pending
 
-    def submit(self, key: Hashable, job: Callable[[], None], group: Hashable = None) -> None:
-        """Queue `job` behind the other jobs of `key`; raises QueueFull when at a bound."""
+    @property
+    def idle(self) -> int:
+        """Workers waiting for a job."""
+        return self._idle
+
+    def submit(self, key: Hashable, job: Callable[[], None], group: Hashable = None,
+               at_once: Optional[Callable[[], None]] = None) -> None:
+        """Queue `job` behind the other jobs of `key`; raises QueueFull when at a bound.
+        `at_once`: called (under the executor's lock, so it must not wait) once the job is
+        accepted and only if a free worker will pick it up now (nothing of `key` queued or
+        running, its group under its worker cap, a worker idle or yet to start), before any
+        worker can see it: the hub sends a turn's first store round trip there, to overlap
+        the hand-off (hub/turn_runner.py)."""
         group = key if group is None else group
         with self._cond:
             if self._closed:
@@ -61,6 +73,10 @@ class KeyedSerialExecutor:
             queue = self._queues.get(key)
             if queue is not None and len(queue) >= self._max_per_key:
                 raise QueueFull(f"{len(queue)} turns of this session already waiting")
+            if at_once is not None and queue is None and key not in self._running and \
+                    self._running_in[group] < self._workers_per_group and \
+                    (self._idle > 0 or len(self._threads) < self._workers):
+                at_once()
             if queue is None:
                 queue = self._queues[key] = deque()
                 self._group_of[key] = group
@@ -162,7 +178,9 @@ class KeyedSerialExecutor:
                 while not self._closed and picked is None:
                     picked = self._next()
                     if picked is None:
+                        self._idle += 1
                         self._cond.wait()
+                        self._idle -= 1
                 if picked is None:
                     return
             group, key, job = picked

@@ -39,7 +39,7 @@ def stop_turns(protocol, message: Message) -> None:
     client, peer, session_id = sender.client, sender.peer, sender.session_id
     stopped = [turn for turn in protocol.open_turns.of(session_id, client) if turn.stop()]
     for turn in stopped:
-        protocol.executor.cancel(session_id, turn.job)        # if it never started
+        protocol.unqueue(turn)        # if it never started
     stop_session = getattr(protocol.engine, "stop_session", None)
     if stopped and callable(stop_session):
         background.start(threading.Thread(target=_stop_engine, daemon=True,

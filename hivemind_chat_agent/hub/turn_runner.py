@@ -1,9 +1,11 @@
 """Worker thread: one satellite turn run by the hub plugin's engine (hub/protocol.py queues it).
 
 The turn begins in the store (its record claimed, its Session and history read: this must be
-done before the engine runs, or a resent turn could run twice, hub/turn_records.py), runs the
-engine in the satellite's Session with that history, keeps the Session if the engine changed
-it, and never leaves behind a session whose satellite went meanwhile.
+done before the engine runs, or a resent turn could run twice, hub/turn_records.py; when a free
+worker takes the turn at once, the IO loop has written that round trip already and the worker
+reads its replies: `send_begin`), runs the engine in the satellite's Session with that history,
+keeps the Session if the engine changed it, and never leaves behind a session whose satellite
+went meanwhile.
 """
 from typing import Any, Dict, Protocol
 
@@ -38,14 +40,15 @@ def run_turn(host: RunnerHost, turn: HubTurn) -> None:
     """Worker thread: the turn's job in the plugin's executor. Its end reaches the satellite
     whatever happens (`HubTurn.finish`); a store that does not answer ends it with
     STORE_UNAVAILABLE, a client out of room for turn records with BUSY."""
-    if turn.finished:          # timed out while queued
-        return
-    if connection_closed(turn.client):   # the satellite left while its turn was queued
-        turn.abandon()
+    if turn.finished or connection_closed(turn.client):  # timed out, stopped, or left
+        if turn.sent_begin is not None:
+            _give_up_begin(host.store, turn)
+        turn.abandon()         # (nothing if it had ended)
         return
     turn.deadline = host.clock.now() + host.settings.timeout
     try:
-        begun = host.store.begin(turn.session_id, turn.turn_id, client=turn.store_client)
+        begun = host.store.begin(turn.session_id, turn.turn_id, client=turn.store_client,
+                                 sent=turn.sent_begin)
         if not run_here(host.store, turn, begun.record, host.clock.sleep):
             return     # answered from the turn's record (hub/turn_records.py)
     except (ConversationStoreError, TurnRecordsFull) as e:
@@ -64,6 +67,19 @@ def run_turn(host: RunnerHost, turn: HubTurn) -> None:
         _keep_session(host.store, turn.session_id, began, turn.store_client)
     finally:
         host.satellites.forget_if_untracked(turn.session_id)
+
+
+def _give_up_begin(store: ConversationStore, turn: HubTurn) -> None:
+    """A turn that ended while queued, or whose satellite left, after its begin went out to
+    the store: the replies read (the connection is reused) and the record it claimed given up,
+    as if it had never begun: a resend runs it, here or on another replica."""
+    try:
+        begun = store.begin(turn.session_id, turn.turn_id, client=turn.store_client,
+                            sent=turn.sent_begin)
+        if turn.turn_id and begun.record is None:
+            store.unclaim(turn.session_id, turn.turn_id, client=turn.store_client)
+    except (ConversationStoreError, TurnRecordsFull) as e:
+        LOG.warning(f"a turn that did not run left its record in the store: {e}")
 
 
 def _keep_session(store: ConversationStore, session_id: str, began: Dict[str, Any],

@@ -86,6 +86,11 @@ class TurnRecordTable:
         held.expires = self._now() + self.ttl
         self._of_client[held.client].move_to_end(key)
 
+    def release(self, session_id: str, turn_id: str) -> None:
+        """A claim given up (its turn did not run): no record, as before the claim."""
+        if (session_id, turn_id) in self._held:
+            self._drop((session_id, turn_id))
+
     def get(self, session_id: str, turn_id: str) -> Optional[TurnRecord]:
         """A copy of the record, if there is one that has not lapsed."""
         held = self._held.get((session_id, turn_id))
