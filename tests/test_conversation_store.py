@@ -578,3 +578,22 @@ def test_a_turn_begun_early_that_then_does_not_run_gives_its_record_up(redis_ser
         assert a.pump_until(lambda: len(a.protocol.open_turns) == 0)     # abandoned
     assert sent and sent[0] is not None
     assert a.ask("hello", turn_id="t1") == ["hello there"]
+
+
+def test_the_early_round_trips_packer_writes_the_bytes_redis_pys_would():
+    """The IO loop packs an early begin with hiredis's packer directly (hub/redis_rounds.py);
+    the bytes are redis-py's own, for every kind of argument a begin carries."""
+    import time
+
+    import redis
+
+    from hivemind_chat_agent.hub import redis_rounds
+    commands = (("GET", "hivemind-chat:session:ünïcode-s"),
+                ("LRANGE", "hivemind-chat:history:s", 0, -1),
+                ("SET", "hivemind-chat:turn:1:s:t", '{"state": "running"}', "NX", "EX", 600),
+                ("ZADD", "hivemind-chat:turns:c", time.time(), "s:t"),
+                ("ZADD", "hivemind-chat:turns:c", 1e16 + 0.5, "s:t"), ("ZCARD", "x"))
+    connection = redis.Connection()
+    assert redis_rounds._pack_command is not None        # the [redis] extra has hiredis
+    assert b"".join(redis_rounds._packed(connection, commands)) == \
+        b"".join(connection.pack_commands(commands))
