@@ -286,3 +286,8 @@ def test_an_answer_to_an_open_question_waits_for_the_skill_to_listen_on_the_cloc
     assert clock.now() == 0.3 + TurnTable.LISTEN_WITHIN
     route(c, "alerts.get_response.waiting", {}, "t1")
     assert not c.turns.awaits_audio_end("mine")
+    c = asked(clock)                      # the connection is lost while the answer waits:
+    started = clock.now()                 # the wait ends with it, not LISTEN_WITHIN later
+    clock.call_later(0.2, lambda: c.turns.lose_all("the hub went away"))
+    c.turns.wait_for_listener("mine")
+    assert clock.now() == started + 0.2

@@ -102,13 +102,15 @@ class CarriedTurns:
         self._carried: "OrderedDict[str, None]" = OrderedDict()   # sessions it has carried
         self._namespace: Optional[str] = None   # our prefix on a 4.13-4.14 hub, once seen
         self.untagged = False                   # the hub dropped our turn tag from some reply
+        self._lost = False                      # the connection went: nothing more is heard
 
     def wait_for_listener(self, session_id: str) -> None:
         """Before a turn of this session is sent: while a skill's question is open, wait until
         the skill listens for the answer, bounded by `TurnTable.listening_by` (at once when no
-        question is open, or the hub never says it listens)."""
+        question is open, or the hub never says it listens; at once when the connection is lost
+        meanwhile: `open` then says so)."""
         with self._heard:
-            while True:
+            while not self._lost:
                 until = self._table.listening_by(session_id)
                 remaining = 0.0 if until is None else until - self.clock.now()
                 if remaining <= 0:
@@ -181,6 +183,8 @@ class CarriedTurns:
         """End every open turn as lost; with `unsent`, those that got nothing back yet as
         never read by the hub (EndReason.UNSENT: sent again)."""
         with self._lock:
+            self._lost = True
+            self._heard.notify_all()            # a turn waiting for a listener goes on: lost
             for handle in self._handles.values():
                 waiting = handle.turn.state is Progress.WAITING
                 handle.take(handle.turn.lose(reason, EndReason.UNSENT if unsent and waiting
