@@ -29,7 +29,7 @@ from hivemind_chat_agent.client.session_book import SessionBook
 from hivemind_chat_agent.core.clock import Clock
 from hivemind_chat_agent.core.outcomes import Outcome, TurnStatus, judge
 from hivemind_chat_agent.core.turns import Ended, EndReason
-from hivemind_chat_agent.errors import HiveMindChatError
+from hivemind_chat_agent.errors import ConnectionLostError, HiveMindChatError
 
 DRAINING_RESENDS = 4     # attempts after the first refused by a draining replica
 DRAINING_PAUSE = 0.4     # seconds more before each of them (0, 0.4, 0.8, 1.2: 2.4 s in all)
@@ -84,11 +84,38 @@ class TurnDriver:
             if abandonment is not None:
                 abandonment.check()
             self._resend = (session, utterance, uuid.uuid4().hex)
-            self.handle = self.conn.start_turn(session, utterance, self._resend[2],
-                                               agent.settings.timeout, self._chat_turn())
+            try:
+                self.handle = self.conn.start_turn(session, utterance, self._resend[2],
+                                                   agent.settings.timeout, self._chat_turn())
+            except ConnectionLostError as e:
+                self._send_on_a_new_connection(e, abandonment)
         except BaseException:
             self.release(None)
             raise
+
+    def _send_on_a_new_connection(self, lost: ConnectionLostError,
+                                  abandonment: Optional[Abandonment]) -> None:
+        """The leased connection was found gone as the utterance was written (its replica
+        died between turns, before the socket thread read the close): a ConnectionLostError
+        from `start_turn` means the frame never left whole, so no hub acted on it, and it goes
+        once more, same id, on a new connection (a second loss is the caller's)."""
+        agent, old = self.agent, self.conn
+        assert old is not None and self._resend is not None
+        LOG.info(f"the connection was gone before the turn left ({lost}); sending it on a "
+                 "new one")
+        self._gate.close()    # closing and connecting wait for the turns in flight: this one
+        agent.pool.release(old)
+        agent.pool.broke(self.session_id, old)     # the next connection is a reconnect
+        agent.pool.discard(self.session_id)
+        self.conn = None
+        session, utterance, tag = self._resend
+        self.conn = agent.pool.acquire(session, abandonment)
+        self._gate.enter_context(agent.pool.gate.turn())
+        if abandonment is not None:
+            abandonment.check()
+        self.handle = self.conn.start_turn(session, utterance, tag, agent.settings.timeout,
+                                           self._chat_turn())
+        agent.observer.resent(UNSENT)
 
     def run(self) -> None:
         turn = self._chat_turn()
@@ -163,12 +190,12 @@ class TurnDriver:
         else:
             self._retried = True
         old.finish_turn(handle)
+        self._gate.close()    # closing and connecting wait for the turns in flight: this one
         agent.pool.release(old)
         agent.pool.broke(self.session_id, old)     # the next connection is a reconnect
         agent.pool.discard(self.session_id)
         self.conn = self.handle = None
         session, utterance, tag = self._resend
-        self._gate.close()    # a connect waits for the turns in flight: this one among them
         try:
             self.conn = agent.pool.acquire(session)
             self._gate.enter_context(agent.pool.gate.turn())
