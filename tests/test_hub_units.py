@@ -121,8 +121,16 @@ def test_at_once_is_called_only_for_a_job_a_free_worker_takes_now():
     done = threading.Event()
     ex.submit("e", done.set, group="g", at_once=noted("e"))
     assert done.wait(5)
+    assert wait_until(lambda: ex.idle == 2, 5)
+    third_started, fourth_started, last_gate = (threading.Event(), threading.Event(),
+                                                threading.Event())
+    ex.submit("f", held(third_started, last_gate), group="g", at_once=noted("f"))
+    ex.submit("h", held(fourth_started, last_gate), group="h", at_once=noted("h"))
+    ex.submit("i", lambda: None, group="i", at_once=noted("i, two free workers promised"))
+    last_gate.set()
+    assert wait_until(lambda: ex.pending == 0, 5)
     ex.shutdown()
-    assert calls == ["a", "c", "e"]
+    assert calls == ["a", "c", "e", "f", "h"]
 
 
 def test_executor_refuses_beyond_its_bound_and_survives_failing_jobs():

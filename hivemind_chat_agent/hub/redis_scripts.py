@@ -112,3 +112,13 @@ if redis.call('GET', KEYS[1]) ~= ARGV[2] then return 0 end
 redis.call('SET', KEYS[1], ARGV[3], 'EX', tonumber(ARGV[4]))
 return 1
 """
+
+# a record claimed and then not run (hub/turn_runner.py), given up only if it is still this
+# hub's claim: another replica may have taken it over meanwhile (this hub's alive key lapsed)
+# KEYS: the record, turns:<client>; ARGV: prefix, this hub's running value, the member
+UNCLAIM = """
+if redis.call('GET', KEYS[1]) ~= ARGV[2] then return 0 end
+redis.call('DEL', KEYS[1])
+redis.call('ZREM', KEYS[2], ARGV[3])
+return 1
+"""

@@ -54,6 +54,7 @@ from hivemind_chat_agent.hub.conversation_store import (
     record_from_json,
     record_to_json,
 )
+from hivemind_chat_agent.hub.redis_early import EarlyConnections, SentRound
 from hivemind_chat_agent.hub.redis_keys import (
     SECRET,
     alive_key,
@@ -65,7 +66,7 @@ from hivemind_chat_agent.hub.redis_keys import (
     turn_key,
     turns_key,
 )
-from hivemind_chat_agent.hub.redis_rounds import STORE_ERRORS, RoundTrips, SentRound
+from hivemind_chat_agent.hub.redis_rounds import STORE_ERRORS, RoundTrips
 from hivemind_chat_agent.hub.redis_urls import is_cluster, redis_client, shown_url
 
 HEARTBEAT = 1.0        # seconds between this hub's "alive" renewals
@@ -87,6 +88,8 @@ class RedisStore:
             url, socket_timeout=REDIS_TIMEOUT, socket_connect_timeout=REDIS_TIMEOUT,
             health_check_interval=30, decode_responses=True)
         self._rounds = RoundTrips(self._redis, cluster, self._where)
+        # the begin's early round trips (`send_begin`): not on a cluster (hub/redis_early.py)
+        self._early = None if cluster else EarlyConnections(self._redis.connection_pool)
         self._prefix = prefixer(cluster)
         self.durable = durable
         self.history_turns = history_turns
@@ -95,7 +98,7 @@ class RedisStore:
         self.max_sessions_per_client = max_sessions_per_client
         self.max_turn_records_per_client = max_turn_records_per_client
         self._scripts = {name: _Script(getattr(redis_scripts, name))
-                         for name in ("MAKE_ROOM", "EVICT_SESSIONS", "TAKE_OVER")}
+                         for name in ("MAKE_ROOM", "EVICT_SESSIONS", "TAKE_OVER", "UNCLAIM")}
         self._secret: Optional[bytes] = None
         self.owner = uuid.uuid4().hex          # this hub, as the owner of the turns it runs
         self._running = record_to_json(TurnRecord(RUNNING, self.owner))   # its claims' value
@@ -129,8 +132,11 @@ class RedisStore:
         with many turns at once), in one round trip; the rest of the bookkeeping waits for
         `finish`, after the answer. `sent`: what `send_begin` wrote for this turn, whose
         replies are read here instead."""
-        if sent is not None:
-            replies = self._rounds.read(sent)
+        if sent is not None and self._early is not None:
+            try:
+                replies = self._early.read(sent)
+            except STORE_ERRORS as e:
+                raise self._rounds.error(e) from None
         else:
             self._beat()
             replies = self._rounds.run(*self._begin_commands(session_id, turn_id, client))
@@ -144,17 +150,26 @@ class RedisStore:
         so that Redis answers while the worker picks the turn up (bench_store.py: the round
         trip otherwise comes after the hand-off); None when writing would wait (no connection
         kept for it yet, the heartbeat's first write not made): the worker begins as usual."""
-        if self._heartbeat is None:
+        if self._heartbeat is None or self._early is None:
             return None
-        return self._rounds.send_early(*self._begin_commands(session_id, turn_id, client))
+        return self._early.send(tuple(self._begin_commands(session_id, turn_id, client)))
 
     def unclaim(self, session_id: str, turn_id: str, client: str = "") -> None:
         """A record this hub claimed for a turn it did not run after all (it ended while
         queued, or its satellite went): gone, so that a resend of the turn runs, here or on
-        another replica."""
+        another replica; unless it is no longer this hub's claim (a replica took it over
+        while this hub's alive key had lapsed), checked by value in a script: the rare path,
+        a script's cost is no matter."""
         prefix = self._prefix(session_id)
-        self._rounds.run(("DEL", turn_key(prefix, session_id, turn_id)),
-                         ("ZREM", turns_key(prefix, client), member(session_id, turn_id)))
+        self._script("UNCLAIM", prefix,
+                     [turn_key(prefix, session_id, turn_id), turns_key(prefix, client)],
+                     [self._running, member(session_id, turn_id)])
+
+    def refill(self) -> None:
+        """Worker, after a turn's job: a connection made ready for the next turn's early
+        begin if none is at hand (never on the IO loop, where `finish` may run too)."""
+        if self._early is not None:
+            self._early.stock()
 
     def _begin_commands(self, session_id: str, turn_id: str, client: str) -> List[tuple]:
         """`begin`'s commands: the Session, the history, and the claim (for a turn id)."""
@@ -187,7 +202,6 @@ class RedisStore:
         if cap:
             commands += self._touch(prefix, client, session_id, now)
         if not commands:
-            self._rounds.stock_early()
             return
         replies = self._rounds.run(*commands, durable=self.durable and bool(
             turn_id or keep_exchange and self.history_turns))
@@ -198,7 +212,6 @@ class RedisStore:
         if turn_id and replies[-1] >= records:  # room for the next claims: a script every
             self._script("MAKE_ROOM", prefix, [turns_key(prefix, client)], [  # records/16
                 records - max(1, records // 16), int(TURN_RECORD_TTL), now, ""])   # turns
-        self._rounds.stock_early()      # for the next turn's begin (`send_begin`)
 
     def _touch(self, prefix: str, client: str, session_id: str, now: float) -> List[tuple]:
         """The commands that mark the session the client's most recent and count the client's
@@ -296,7 +309,8 @@ class RedisStore:
 
     def close(self) -> None:
         self._closed.set()
-        self._rounds.close_early()
+        if self._early is not None:
+            self._early.close()
         self._pinger.close()
         try:
             self._redis.delete(alive_key(self.owner))   # its turns are free to take over now

@@ -74,8 +74,7 @@ class KeyedSerialExecutor:
             if queue is not None and len(queue) >= self._max_per_key:
                 raise QueueFull(f"{len(queue)} turns of this session already waiting")
             if at_once is not None and queue is None and key not in self._running and \
-                    self._running_in[group] < self._workers_per_group and \
-                    (self._idle > 0 or len(self._threads) < self._workers):
+                    self._free_for(group):
                 at_once()
             if queue is None:
                 queue = self._queues[key] = deque()
@@ -130,6 +129,20 @@ class KeyedSerialExecutor:
                     thread.join(timeout=5)
 
     # ---- under the lock ----
+    def _free_for(self, group: Hashable) -> bool:
+        """A worker is free for a new key of `group` beyond the keys already ready that a
+        worker may take (a woken worker takes the lock again only later): more workers idle
+        or yet to start than those keys, and the group under its worker cap counting its
+        ready keys. The groups with ready keys while a worker idles are at their cap, so the
+        sum runs over a few of them."""
+        free = self._idle + self._workers - len(self._threads)
+        cap = self._workers_per_group
+        if free <= 0 or self._running_in[group] + len(self._ready.get(group, ())) >= cap:
+            return False
+        takeable = sum(min(len(self._ready[g]), cap - self._running_in[g])
+                       for g in self._turns if self._running_in[g] < cap)
+        return free > takeable
+
     def _make_ready(self, group: Hashable, key: Hashable) -> None:
         ready = self._ready.get(group)
         if ready is None:
