@@ -149,7 +149,8 @@ class RedisStore:
         """IO loop, as a turn goes to a worker that is free: `begin`'s commands written now,
         so that Redis answers while the worker picks the turn up (bench_store.py: the round
         trip otherwise comes after the hand-off); None when writing would wait (no connection
-        kept for it yet, the heartbeat's first write not made): the worker begins as usual."""
+        kept for it yet, the heartbeat's first write not made) and on a cluster
+        (hub/redis_early.py): the worker begins as usual."""
         if self._heartbeat is None or self._early is None:
             return None
         return self._early.send(tuple(self._begin_commands(session_id, turn_id, client)))
