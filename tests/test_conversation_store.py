@@ -527,8 +527,11 @@ def test_a_begin_written_early_reads_as_the_begin_and_its_connection_is_kept(red
     each time; a kept connection that Redis closed meanwhile is dropped, never written to,
     and the next refill connects another. The memory store never sends early."""
     from hivemind_chat_agent.hub.conversation_store import RUNNING
-    assert open_store("memory", 2, 256, 60, data_home=lambda: str(tmp_path)).send_begin(
-        "s", "t0", "c") is None
+    memory = open_store("memory", 2, 256, 60, data_home=lambda: str(tmp_path))
+    assert memory.send_begin("s", "t0", "c") is None
+    assert memory.begin("s", "t0", client="c").record is None
+    memory.unclaim("s", "t0", client="c")                          # as if never claimed
+    assert memory.turn_record("s", "t0") is None and memory.begin("s", "t0", "c").record is None
     store = open_store(redis_server.url, 2, 256, 60, data_home=lambda: str(tmp_path))
     assert store.send_begin("s", "t0", client="c") is None        # nothing connected yet
     first = store.begin("s", "t0", client="c")

@@ -99,23 +99,31 @@ class TurnDriver:
         died between turns, before the socket thread read the close): a ConnectionLostError
         from `start_turn` means the frame never left whole, so no hub acted on it, and it goes
         once more, same id, on a new connection (a second loss is the caller's)."""
-        agent, old = self.agent, self.conn
-        assert old is not None and self._resend is not None
+        assert self.conn is not None
         LOG.info(f"the connection was gone before the turn left ({lost}); sending it on a "
                  "new one")
+        self._send_again(self.conn, self._chat_turn(), abandonment)
+        self.agent.observer.resent(UNSENT)
+
+    def _send_again(self, old: HubConnection, sink: TurnSink,
+                    abandonment: Optional[Abandonment] = None) -> None:
+        """The turn's utterance sent once more, same id, on a new connection (`self.conn`,
+        `self.handle`), its sentences to `sink`; `old` given up first, as broken. Raises what
+        connecting or sending raised (`self.conn` is then the new connection, or None)."""
+        agent = self.agent
+        assert self._resend is not None
         self._gate.close()    # closing and connecting wait for the turns in flight: this one
         agent.pool.release(old)
         agent.pool.broke(self.session_id, old)     # the next connection is a reconnect
         agent.pool.discard(self.session_id)
-        self.conn = None
+        self.conn = self.handle = None
         session, utterance, tag = self._resend
         self.conn = agent.pool.acquire(session, abandonment)
         self._gate.enter_context(agent.pool.gate.turn())
         if abandonment is not None:
             abandonment.check()
         self.handle = self.conn.start_turn(session, utterance, tag, agent.settings.timeout,
-                                           self._chat_turn())
-        agent.observer.resent(UNSENT)
+                                           sink)
 
     def run(self) -> None:
         turn = self._chat_turn()
@@ -190,18 +198,9 @@ class TurnDriver:
         else:
             self._retried = True
         old.finish_turn(handle)
-        self._gate.close()    # closing and connecting wait for the turns in flight: this one
-        agent.pool.release(old)
-        agent.pool.broke(self.session_id, old)     # the next connection is a reconnect
-        agent.pool.discard(self.session_id)
-        self.conn = self.handle = None
-        session, utterance, tag = self._resend
         try:
-            self.conn = agent.pool.acquire(session)
-            self._gate.enter_context(agent.pool.gate.turn())
             # the hub replays the answer from its first sentence: the caller has some already
-            self.handle = self.conn.start_turn(session, utterance, tag, agent.settings.timeout,
-                                               Resumed(turn, len(turn.sentences)))
+            self._send_again(old, Resumed(turn, len(turn.sentences)))
         except HiveMindChatError as e:
             LOG.warning(f"a lost turn could not be sent again: {e}")
             if self.conn is not None:
