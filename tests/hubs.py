@@ -13,7 +13,6 @@ import re
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,6 +27,7 @@ from hivemind_chat_agent.bridges.local_hub import (
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import hub_venvs  # noqa: E402
+from ports import free_port  # noqa: E402,F401  (the tests' servers' ports)
 from waiting import accepting, wait_until  # noqa: E402
 
 # the current line's CLI (generation "5"); a hub's own is HubProcess.cli
@@ -164,12 +164,6 @@ def wait_listening(port: int, timeout: float = 30, proc=None, what: str = "a ser
         return
     raise RuntimeError(f"{what} did not listen on {port}"
                        + (f" (exit code {proc.poll()})" if proc is not None else ""))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class HubProcess:

@@ -38,6 +38,7 @@ from typing import Optional
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import hub_venvs  # noqa: E402
+from ports import free_port  # noqa: E402
 from waiting import wait_until  # noqa: E402
 
 GENERATIONS = ("4.0", "5")
@@ -82,14 +83,6 @@ def venv_path(generation: str = "4.0") -> str:
 def ensure_venv(generation: str = "4.0", log=sys.stderr) -> str:
     """The OVOS hub's venv, built from its pinned requirements if it is not cached yet."""
     return hub_venvs.ensure_venv(venv_name(generation), log=log)
-
-
-def free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 
 def timed(agent, utterance, session_id):

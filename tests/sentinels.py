@@ -7,7 +7,7 @@ from typing import List, Optional, Tuple
 
 import redis
 from hubs import free_port
-from servers import RedisServer, ServerProcess, need
+from servers import RedisServer, ServerProcess, need, redis_pid
 from waiting import wait_until
 
 SERVICE = "hub"
@@ -34,7 +34,7 @@ class SentinelProcess(ServerProcess):
         return self
 
     def _pong(self) -> bool:
-        return self.client().ping()
+        return self.process is not None and redis_pid(self.port) == self.process.pid
 
     def client(self) -> redis.Redis:
         return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=2,
@@ -58,23 +58,31 @@ class SentinelSet:
         return f"redis+sentinel://{hosts}/{SERVICE}/0"
 
     def start(self) -> "SentinelSet":
-        self.primary.start()
-        self.replica.start()
-        for sentinel in self.sentinels:
-            sentinel.start()
-        assert wait_until(self._watching, 60), "the sentinels never saw the replica and each other"
+        """Everything started and watching, or everything stopped again and the error (a set
+        half started would go on watching, and failing over, through the tests after)."""
+        try:
+            self.primary.start()
+            self.replica.start()
+            for sentinel in self.sentinels:
+                sentinel.start()
+            watching = wait_until(lambda: all(self._views().values()), 60, poll=0.2)
+            assert watching, f"the sentinels never saw the replica and each other: {self._views()}"
+        except BaseException:
+            self.stop()
+            raise
         return self
 
-    def _watching(self) -> bool:
+    def _views(self) -> "dict[int, bool]":
+        """Whether each sentinel (by port) knows the replica and the two other sentinels."""
+        views = {}
         for sentinel in self.sentinels:
             client = sentinel.client()
             try:
-                if len(client.sentinel_slaves(SERVICE)) < 1 or \
-                        len(client.sentinel_sentinels(SERVICE)) < 2:
-                    return False
+                views[sentinel.port] = len(client.sentinel_slaves(SERVICE)) >= 1 and \
+                    len(client.sentinel_sentinels(SERVICE)) >= 2
             finally:
                 client.close()
-        return True
+        return views
 
     def primary_address(self) -> Optional[Tuple[str, int]]:
         """Where the sentinels say the primary is now (the first that answers)."""

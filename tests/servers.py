@@ -65,6 +65,21 @@ class ServerProcess:
         self.process = None
 
 
+def redis_pid(port: int) -> Optional[int]:
+    """The process id of the redis-server (or sentinel) serving on `port`, None if none
+    answers. A readiness check compares it with the process it started: a PONG alone may
+    come from another server on that port (a sentinel that could not bind its port once
+    looked ready because the replica on it answered)."""
+    import redis
+    client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=0.5)
+    try:
+        return int(client.info("server")["process_id"])
+    except (redis.RedisError, KeyError, ValueError):
+        return None
+    finally:
+        client.close()
+
+
 class RedisServer(ServerProcess):
     """redis-server on 127.0.0.1, no persistence; `stop()` and `start()` again keep the port,
     as a Redis that goes down and comes back does."""
@@ -88,9 +103,7 @@ class RedisServer(ServerProcess):
         return self
 
     def _pong(self) -> bool:
-        with socket.create_connection(("127.0.0.1", self.port), 0.5) as s:
-            s.sendall(b"PING\r\n")
-            return s.recv(16).startswith(b"+PONG")
+        return self.process is not None and redis_pid(self.port) == self.process.pid
 
 class HAProxy(ServerProcess):
     """haproxy in the foreground on a free loopback port, from config/haproxy.cfg with its
