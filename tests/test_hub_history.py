@@ -53,3 +53,38 @@ def test_history_turns_zero_sends_the_engine_one_message(generation, make_agent)
         assert history(agent, "s") == []
     finally:
         hub.cleanup()
+
+
+def test_a_redis_store_keeps_the_conversation_through_a_hub_restart(generation, make_agent,
+                                                                    tmp_path):
+    """The plugin on a real redis-server in the real `hivemind-core listen` of each
+    generation (5.x's replicas tests run only 5.x): the history is Redis's, so a restarted hub
+    process goes on with it; and the turns began early (hub/redis_early.py: the IO loop wrote
+    each begin, a worker read it), which on 4.0 is tornado's loop: after turns one at a time,
+    no connection of the hub sits unused since it connected, as the one kept for the next
+    early begin would if the IO loop never wrote to it."""
+    import redis
+    from servers import RedisServer
+    server = RedisServer(str(tmp_path / "redis")).start()
+    hub = HubProcess(plugin_config(timeout=5, conversation_store=server.url),
+                     generation=generation).start()
+    ours = redis.Redis(port=server.port, decode_responses=True)
+    try:
+        config = hub.add_client().agent_config(timeout=10)
+        agent = make_agent(config)
+        assert agent.get_response("hello", session_id="den") == "hello there"
+        for n in (1, 2, 3):
+            assert agent.get_response(f"count {n}", session_id="den") == \
+                "\n".join(f"sentence {k}" for k in range(1, n + 1))
+        own = ours.client_id()
+        hubs = [c for c in ours.client_list() if int(c["id"]) != own]
+        assert len(hubs) >= 2 and not [c for c in hubs if c["cmd"] == "NULL"], hubs
+        agent.shutdown()
+        hub.stop()
+        hub.start()
+        again = make_agent(config)
+        assert [role for role, _ in history(again, "den")] == ["user", "assistant"] * 4
+    finally:
+        ours.close()
+        hub.cleanup()
+        server.stop()
