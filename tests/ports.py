@@ -21,6 +21,7 @@ LOWEST = 20000
 bus, 5678 HiveMind, 6379 Redis, 1883 MQTT, 8123 Home Assistant, 10200 Wyoming)."""
 
 _handed_out: "set[int]" = set()
+_random = random.Random()   # its own: a test that seeds the module's would repeat the picks
 _lock = threading.Lock()
 
 
@@ -60,7 +61,7 @@ def free_port() -> int:
     candidates = _candidates()
     with _lock:
         for _ in range(1000):
-            port = random.choice(candidates)
+            port = _random.choice(candidates)
             if port not in _handed_out and _bindable(port):
                 _handed_out.add(port)
                 return port
