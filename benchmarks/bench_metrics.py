@@ -9,7 +9,10 @@ within it says nothing); the turn latencies are printed, not graded. The hubs st
 order on, off, off, on (START_ORDER): where a hub was started moves its CPU a turn by more than
 the metrics do, and `--control` (all four off) shows what is left of that.
 
-    python benchmarks/bench_metrics.py [--turns 2000] [--scrape-every 1.0] [--control]
+    python benchmarks/bench_metrics.py [--turns 2000] [--rounds 1] [--scrape-every 1.0] [--control]
+
+`--rounds N`: N rounds of four fresh hubs, every other one with the on and off hubs in each
+other's slots; the ratio printed last pools every round.
 """
 import argparse
 import http.client
@@ -18,6 +21,7 @@ import statistics
 import sys
 import threading
 import time
+from typing import Dict, List, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
@@ -34,6 +38,8 @@ LOG.set_level("ERROR")
 # (`--control`), the first two started used 2.4-2.6 % more CPU a turn than the last two, so
 # on-on-off-off measured that as the metrics' cost.
 START_ORDER = ("on-a", "off-a", "off-b", "on-b")
+# every other round of `--rounds`: the slots of the on hubs are the off hubs' of the round before
+SWAPPED_ORDER = ("off-a", "on-a", "on-b", "off-b")
 TABLE = Table((46, 14, 34, 16))
 
 
@@ -57,17 +63,48 @@ def scraping(port: int, stop: threading.Event, every: float) -> threading.Thread
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--turns", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="rounds of four fresh hubs; every other one swaps the on and off "
+                             "slots (SWAPPED_ORDER), so that what a slot costs cancels out")
     parser.add_argument("--scrape-every", type=float, default=1.0,
                         help="seconds between scrapes of each 'on' hub (0: none)")
     parser.add_argument("--control", action="store_true",
                         help="all four hubs with metrics off: what the figure is with nothing "
                              "to measure (the hubs' positions and the machine's noise)")
     args = parser.parse_args()
+    used: Dict[str, List[float]] = {"on": [], "off": []}
+    times: Dict[str, List[float]] = {"on": [], "off": []}
+    TABLE.header()
+    for number in range(args.rounds):
+        order = START_ORDER if number % 2 == 0 else SWAPPED_ORDER
+        round_used, round_times = one_round(args, order)
+        for name, seconds in round_used.items():
+            used[name[:-2]].append(seconds)
+            times[name[:-2]] += round_times[name]
+        kinds = {kind: [round_used[f"{kind}-a"], round_used[f"{kind}-b"]]
+                 for kind in ("on", "off")}
+        noise = max(max(a / b, b / a) for a, b in kinds.values())
+        print(f"round {number + 1} ({', '.join(order)}): ratio "
+              f"{statistics.mean(kinds['on']) / statistics.mean(kinds['off']):.3f}x; between "
+              f"two hubs of a kind up to {noise:.3f}x", flush=True)
+    on, off = statistics.mean(used["on"]), statistics.mean(used["off"])
+    TABLE.row(f"hub CPU per turn, metrics on ({args.rounds} x {args.turns} turns)", ms(on),
+              f"metrics off {ms(off)}", "<= 1.03x", on <= 1.03 * off)
+    print(TABLE._line("  turn latency, median", ms(statistics.median(times["on"])),
+                      f"off {ms(statistics.median(times['off']))}, "
+                      f"load {os.getloadavg()[0]:.1f}", "(not graded)", "-"))
+    print(f"ratio {on / off:.3f}x" + ("; --control: all four hubs had metrics off"
+                                      if args.control else ""))
+
+
+def one_round(args, order) -> Tuple[Dict[str, float], Dict[str, List[float]]]:
+    """Four hubs started in `order`, `args.turns` turns to each in a rotating order: each
+    hub's CPU seconds per turn and its turns' latencies, by hub name."""
     ports = {name: free_port() for name in ("on-a", "on-b")}
     measured = () if args.control else ports
     hubs = {name: HubProcess(plugin_config(**({"health": f"127.0.0.1:{ports[name]}"}
                                               if name in measured else {}))).start()
-            for name in START_ORDER}
+            for name in order}
     agents, stop = {}, threading.Event()
     try:
         agents = {name: HiveMindChatAgent(hub.add_client().agent_config(timeout=30))
@@ -78,28 +115,15 @@ def main():
         for port in ports.values() if args.scrape_every > 0 and measured else ():
             scraping(port, stop, args.scrape_every)
         names = list(hubs)
-        times = {name: [] for name in hubs}
+        times: Dict[str, List[float]] = {name: [] for name in hubs}
         cpu = {name: cpu_seconds(hub.proc.pid) for name, hub in hubs.items()}
         for i in range(args.turns):
             for name in names[i % 4:] + names[:i % 4]:
                 started = time.perf_counter()
                 agents[name].get_response(f"echo {i}", session_id=f"s{i % 16}")
                 times[name].append(time.perf_counter() - started)
-        used = {name: (cpu_seconds(hub.proc.pid) - cpu[name]) / args.turns
-                for name, hub in hubs.items()}
-        on, off = (used["on-a"] + used["on-b"]) / 2, (used["off-a"] + used["off-b"]) / 2
-        noise = max(used["on-a"] / used["on-b"], used["on-b"] / used["on-a"],
-                    used["off-a"] / used["off-b"], used["off-b"] / used["off-a"])
-        TABLE.header()
-        TABLE.row(f"hub CPU per turn, metrics on ({args.turns} turns)", ms(on),
-                  f"metrics off {ms(off)}", "<= 1.03x", on <= 1.03 * off)
-        latency = {kind: statistics.median(times[f"{kind}-a"] + times[f"{kind}-b"])
-                   for kind in ("on", "off")}
-        print(TABLE._line("  turn latency, median", ms(latency["on"]),
-                          f"off {ms(latency['off'])}, load {os.getloadavg()[0]:.1f}",
-                          "(not graded)", "-"))
-        print(f"ratio {on / off:.3f}x; between two hubs of a kind up to {noise:.3f}x"
-              + ("; --control: all four hubs had metrics off" if args.control else ""))
+        return ({name: (cpu_seconds(hub.proc.pid) - cpu[name]) / args.turns
+                 for name, hub in hubs.items()}, times)
     finally:
         stop.set()
         for agent in agents.values():
