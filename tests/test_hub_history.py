@@ -67,9 +67,10 @@ def test_a_redis_store_keeps_the_conversation_through_a_hub_restart(generation, 
     from servers import RedisServer
     server = RedisServer(str(tmp_path / "redis")).start()
     hub = HubProcess(plugin_config(timeout=5, conversation_store=server.url),
-                     generation=generation).start()
+                     generation=generation)
     ours = redis.Redis(port=server.port, decode_responses=True)
     try:
+        hub.start()
         config = hub.add_client().agent_config(timeout=10)
         agent = make_agent(config)
         assert agent.get_response("hello", session_id="den") == "hello there"
