@@ -25,6 +25,7 @@ HUB_FIXTURES = {"generation", "hub", "creds", "own_hub", "chat_hub", "sat_a", "s
 
 
 _OWN_BASETEMP = []   # the temporary folder this run made for itself, if it made one
+_LEFT_RUNNING = []   # the folders of processes a test left running (pytest_sessionfinish)
 
 
 def deliver_ctrl_c():
@@ -53,7 +54,14 @@ def pytest_configure(config):
         _OWN_BASETEMP.append(config.option.basetemp)
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session, exitstatus):
+    """Servers (redis-server, haproxy, mosquitto) and hubs that a test left running are
+    stopped here, and the run fails naming them in the summary (tests/spawned.py)."""
+    from spawned import stop_those_left
+    _LEFT_RUNNING.extend(stop_those_left())
+    if _LEFT_RUNNING and exitstatus in (0, 5):
+        session.exitstatus = exitstatus = pytest.ExitCode.TESTS_FAILED
     if _OWN_BASETEMP and exitstatus in (0, 5):   # passed, or nothing collected
         shutil.rmtree(_OWN_BASETEMP.pop(), ignore_errors=True)
 
@@ -64,8 +72,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus):
     characters of their error. CI shows only the end of its output, and pytest's own summary
     there quotes a failed assertion whole (once a hub's log of megabytes)."""
     yield                  # the outermost wrapper: after pytest's own short summary
-    if _OWN_BASETEMP and exitstatus not in (0, 5):
+    if _OWN_BASETEMP and (exitstatus not in (0, 5) or _LEFT_RUNNING):
         terminalreporter.write_line(f"this run's temporary files: {_OWN_BASETEMP[0]}")
+    for directory in _LEFT_RUNNING:
+        terminalreporter.write_line(f"LEFT RUNNING: the process of {directory} (stopped now)")
     for kind in ("failed", "error"):
         for report in terminalreporter.stats.get(kind, []):
             message = getattr(report.longrepr, "reprcrash", None)

@@ -28,6 +28,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import hub_venvs  # noqa: E402
 from ports import free_port  # noqa: E402,F401  (the tests' servers' ports)
+from spawned import record  # noqa: E402
 from waiting import accepting, wait_until  # noqa: E402
 
 # the current line's CLI (generation "5"); a hub's own is HubProcess.cli
@@ -227,6 +228,7 @@ class HubProcess:
                    str(self.port)]
         self.proc = subprocess.Popen(cmd, env=self.env, stdout=subprocess.PIPE,
                                      stderr=self._log, text=True)
+        record(self.proc, self.home)
         # the hub logs to stdout: keep draining it or it blocks on a full pipe
         threading.Thread(target=self._drain, args=(self.proc.stdout, self._log),
                          daemon=True).start()

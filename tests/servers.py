@@ -6,7 +6,8 @@ import socket
 import subprocess
 from typing import Optional
 
-from hubs import free_port
+from ports import free_port
+from spawned import record
 from waiting import wait_until
 
 
@@ -30,6 +31,7 @@ class ServerProcess:
         self.process = subprocess.Popen(
             argv, stdout=open(os.path.join(self.directory, log_name), "ab"),
             stderr=subprocess.STDOUT)
+        record(self.process, self.directory)
         def state():
             if self.process.poll() is not None:
                 return "exited"

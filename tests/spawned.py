@@ -1,0 +1,28 @@
+"""Every server and hub process the tests start, so that the run's end finds those a test left
+running (tests/conftest.py stops them and fails the run, naming each): a leaked process keeps
+its port and acts on whatever later reaches it (a half-started Sentinel set, left by a failed
+fixture, once went on watching and failing over through the tests after it)."""
+import subprocess
+
+_SPAWNED: "list[tuple[subprocess.Popen, str]]" = []
+
+
+def record(process: subprocess.Popen, where: str) -> None:
+    """`process` was started for a test; `where`: its folder, named if it is left running."""
+    _SPAWNED.append((process, where))
+
+
+def stop_those_left() -> "list[str]":
+    """Every recorded process still running stopped (terminate, then kill); their folders."""
+    left = []
+    for process, where in _SPAWNED:
+        if process.poll() is None:
+            left.append(where)
+            process.terminate()
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+    _SPAWNED.clear()
+    return left
