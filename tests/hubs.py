@@ -28,7 +28,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import hub_venvs  # noqa: E402
 from ports import free_port  # noqa: E402,F401  (the tests' servers' ports)
-from spawned import record  # noqa: E402
+from spawned import record, stop  # noqa: E402
 from waiting import accepting, wait_until  # noqa: E402
 
 # the current line's CLI (generation "5"); a hub's own is HubProcess.cli
@@ -312,12 +312,8 @@ class HubProcess:
             self.proc.wait(10)
 
     def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        if self.proc:
+            stop(self.proc)
 
 
     def cleanup(self):

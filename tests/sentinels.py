@@ -7,7 +7,7 @@ from typing import List, Optional, Tuple
 
 import redis
 from hubs import free_port
-from servers import RedisServer, ServerProcess, need, redis_pid
+from servers import RedisServer, ServerProcess, need
 from waiting import wait_until
 
 SERVICE = "hub"
@@ -30,11 +30,9 @@ class SentinelProcess(ServerProcess):
                     f"sentinel down-after-milliseconds {SERVICE} {DOWN_AFTER_MS}\n"
                     f"sentinel failover-timeout {SERVICE} 10000\n"
                     f"sentinel parallel-syncs {SERVICE} 1\n")
-        self.spawn([need("redis-server"), conf, "--sentinel"], "sentinel.log", self._pong)
+        self.spawn([need("redis-server"), conf, "--sentinel"], "sentinel.log",
+                   self.answers_as_redis)
         return self
-
-    def _pong(self) -> bool:
-        return self.process is not None and redis_pid(self.port) == self.process.pid
 
     def client(self) -> redis.Redis:
         return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=2,

@@ -7,7 +7,7 @@ import subprocess
 from typing import Optional
 
 from ports import free_port
-from spawned import record
+from spawned import record, stop
 from waiting import wait_until
 
 
@@ -23,6 +23,7 @@ class ServerProcess:
     """A server started from a Debian package's binary, logging into its directory, stopped by
     its PID (terminate, then kill)."""
     directory: str
+    port: int
     process: Optional[subprocess.Popen] = None
 
     def spawn(self, argv: "list[str]", log_name: str, ready) -> None:
@@ -57,21 +58,20 @@ class ServerProcess:
         self.process = None
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        if self.process is not None:
+            stop(self.process)
         self.process = None
+
+    def answers_as_redis(self) -> bool:
+        """The redis-server (or sentinel) on `self.port` is the process started here: a PONG
+        alone may come from another server on that port (a sentinel that could not bind its
+        port once looked ready because the replica on it answered)."""
+        return self.process is not None and redis_pid(self.port) == self.process.pid
 
 
 def redis_pid(port: int) -> Optional[int]:
     """The process id of the redis-server (or sentinel) serving on `port`, None if none
-    answers. A readiness check compares it with the process it started: a PONG alone may
-    come from another server on that port (a sentinel that could not bind its port once
-    looked ready because the replica on it answered)."""
+    answers."""
     import redis
     client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=0.5)
     try:
@@ -101,11 +101,8 @@ class RedisServer(ServerProcess):
     def start(self) -> "RedisServer":
         self.spawn([need("redis-server"), "--port", str(self.port), "--bind", "127.0.0.1",
                     "--save", "", "--appendonly", "no", "--dir", self.directory, *self.extra],
-                   "redis.log", self._pong)
+                   "redis.log", self.answers_as_redis)
         return self
-
-    def _pong(self) -> bool:
-        return self.process is not None and redis_pid(self.port) == self.process.pid
 
 class HAProxy(ServerProcess):
     """haproxy in the foreground on a free loopback port, from config/haproxy.cfg with its

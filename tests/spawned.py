@@ -12,17 +12,21 @@ def record(process: subprocess.Popen, where: str) -> None:
     _SPAWNED.append((process, where))
 
 
+def stop(process: subprocess.Popen) -> None:
+    """`process` ended if it runs: terminated, killed if it has not exited 10 s later."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
 def stop_those_left() -> "list[str]":
-    """Every recorded process still running stopped (terminate, then kill); their folders."""
-    left = []
-    for process, where in _SPAWNED:
-        if process.poll() is None:
-            left.append(where)
-            process.terminate()
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+    """Every recorded process still running stopped; their folders."""
+    left = [where for process, where in _SPAWNED if process.poll() is None]
+    for process, _where in _SPAWNED:
+        stop(process)
     _SPAWNED.clear()
     return left
