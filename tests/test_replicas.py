@@ -61,9 +61,12 @@ class Satellite:
         self.client.on_mycroft("ovos.utterance.handled", lambda m: self.handled.set())
 
     def ready(self) -> bool:
-        """Its channel is up (the library clears it on close and sets it after a handshake);
-        what it emits before that goes out unencrypted and the hub drops it."""
-        return getattr(self.client, "noise_transport", None) is not None
+        """Its handshake is over: the library clears `handshake_event` on close and sets it
+        once its HELLO is sent. Not `noise_transport`, which it sets before that HELLO: an
+        utterance emitted from this thread then races the library's own thread for the
+        channel's next nonce and for the hub's reading of the HELLO."""
+        return self.client.handshake_event.is_set() and \
+            getattr(self.client, "noise_transport", None) is not None
 
     def ask(self, text, wait=10.0):
         self.answers.clear()
