@@ -36,9 +36,9 @@ def test_bounds_are_checked():
 
 
 def test_probation_defaults_turns_off_and_says_what_to_write():
-    assert OvosModeSettings.from_dict({}).probation == (2.0, 0.5)
+    assert OvosModeSettings.from_dict({}).probation == (2.0, 0.25)
     assert OvosModeSettings.from_dict({"probation_seconds": 0,
-                                       "probation_share": 0.25}).probation == (0.0, 0.25)
+                                       "probation_share": 0.5}).probation == (0.0, 0.5)
     for bad in ({"probation_seconds": -1}, {"probation_share": 0}, {"probation_share": 2}):
         with pytest.raises(ConfigurationError, match="probation"):
             OvosModeSettings.from_dict(bad)

@@ -343,6 +343,7 @@ def test_over_its_bounds_a_connection_sends_one_at_a_time_for_a_while(on_trial, 
     refusal = on_trial.accept(b, utterance(b))
     assert refusal.reason is EndReason.BUSY and "one utterance at a time" in refusal.why
     assert on_trial.accept(other, utterance(other)) is None       # others are not touched
+    handled(on_trial, other, clock, 0.0)
     handled(on_trial, a, clock, 0.004)      # its last ends, 14 ms after it was sent
     # it may keep OVOS busy half the time: the next waits as long again as that one took
     refusal = on_trial.accept(a, utterance(a))
@@ -355,6 +356,26 @@ def test_over_its_bounds_a_connection_sends_one_at_a_time_for_a_while(on_trial, 
     assert on_trial.accept(a, utterance(a)) is None
     assert on_trial.accept(a, utterance(a)) is None
     assert len(on_trial.probation) == 0
+
+
+def test_on_probation_a_connection_waits_until_the_others_turns_are_over(on_trial, clock):
+    """OVOS runs turns side by side on one CPU budget: a flood utterance started beside another
+    satellite's turn slows it, so one on probation goes only while nobody else's is open."""
+    a, other, rogue = satellite("a"), satellite("o"), satellite("r")
+    for flooder in (a, rogue):
+        for _ in range(3):
+            on_trial.accept(flooder, utterance(flooder))
+        handled(on_trial, flooder, clock, 0.0)
+        handled(on_trial, flooder, clock, 0.0)
+    clock.advance(0.001)
+    assert on_trial.accept(other, utterance(other)) is None
+    refusal = on_trial.accept(a, utterance(a))
+    assert refusal.reason is EndReason.BUSY and "other satellites' turns" in refusal.why
+    handled(on_trial, other, clock, 0.050)
+    assert on_trial.accept(a, utterance(a)) is None
+    # another connection on probation is no one to wait for: the shares keep those apart
+    assert on_trial.accept(rogue, utterance(rogue)) is None
+    assert len(on_trial.probation) == 2
 
 
 def test_probation_goes_with_the_connection(on_trial, clock):

@@ -10,8 +10,13 @@ flood's pace). A satellite that waits for its answers never goes over the bounds
 refused `busy` did, and for `seconds` after that refusal its connection is on probation:
 
 - one utterance of it at OVOS at a time (queued or in flight, all its sessions together);
-- after each ends, its next may go only once as long again has passed as that one took
-  (`share` 0.5: it keeps OVOS busy half the time at most, the others get the rest);
+- none while an utterance of a satellite in good standing (not on probation) is queued or in
+  flight: OVOS runs one session's turn beside another's, sharing its CPU, so a flood utterance
+  started beside another satellite's turn slows that turn by about half its own length (genuine
+  ovos-core behind a 5.x hub: 1.28x the other's turn without this rule);
+- after each ends, its next may go only once `1 / share - 1` times as long as that one took
+  has passed (`share` 0.25: it keeps OVOS busy a quarter of the time at most, the others get
+  the rest);
 - anything else it sends meanwhile is refused `busy` at once, as any bound refuses.
 
 Probation is renewed by the bounds' refusals only, not by its own: a flooder is back on it
@@ -23,7 +28,10 @@ from dataclasses import dataclass
 from typing import Callable, Dict, Optional
 
 PROBATION_SECONDS = 2.0      # how long after a bound's refusal a connection is on probation
-PROBATION_SHARE = 0.5        # the fraction of the time it may keep OVOS busy meanwhile
+# the fraction of the time it may keep OVOS busy meanwhile: at 0.5 a flood beside another
+# satellite's turns cost them 1.22-1.26x, at 0.25 1.06x (genuine ovos-core behind 5.x,
+# docs/performance.md)
+PROBATION_SHARE = 0.25
 
 
 @dataclass
@@ -64,9 +72,11 @@ class Probation:
             return False
         return True
 
-    def refusal(self, conn: str, open_count: Callable[[], int], now: float) -> Optional[str]:
+    def refusal(self, conn: str, open_count: Callable[[], int], now: float,
+                others_busy: Callable[[], bool] = lambda: False) -> Optional[str]:
         """Why an utterance of `conn` may not go to OVOS now (it is on probation and has one
-        there, or its turn to wait is not over), or None."""
+        there, its turn to wait is not over, or `others_busy()`: a satellite in good standing
+        has one there), or None. The callables are asked only for a connection on probation."""
         if not self.on_probation(conn, now):
             return None
         if open_count():
@@ -75,6 +85,9 @@ class Probation:
         if now < self._terms[conn].free_at:
             return (f"this satellite went over its bounds and may keep OVOS busy "
                     f"{self.share:.0%} of the time for now; try again in a moment")
+        if others_busy():
+            return ("this satellite went over its bounds and waits for OVOS to be free of "
+                    "other satellites' turns for now; try again in a moment")
         return None
 
     def ended(self, conn: str, sent_at: float, now: float) -> None:

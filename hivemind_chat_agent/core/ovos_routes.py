@@ -144,7 +144,8 @@ class OvosRoutes:
             self.probation.bound_refused(sender.conn, now)
             return refusal
         if is_utterance:
-            why = self.probation.refusal(sender.conn, lambda: self._open_of(sender), now)
+            why = self.probation.refusal(sender.conn, lambda: self._open_of(sender), now,
+                                         lambda: self._good_standing_busy(now))
             if why:
                 return Refusal(EndReason.BUSY, why)
         self._follow(sender, now)
@@ -181,6 +182,11 @@ class OvosRoutes:
         followed = (self._sessions.get(sid) for sid in sessions)
         return queued + sum(1 for session in followed if session
                             for _, o in session.in_flight if o.sender.conn == sender.conn)
+
+    def _good_standing_busy(self, now: float) -> bool:
+        """An utterance of a connection not on probation is queued or in flight at OVOS."""
+        return any(not self.probation.on_probation(o.sender.conn, now)
+                   for o in self._utterances_open())
 
     def _follow(self, sender: Satellite, now: float) -> None:
         session = self._sessions.get(sender.session_id)
