@@ -6,13 +6,11 @@ What is checked is the kernel's own count of the ACKs a client sent without data
 once releases the bus's next frame at once; an echo whose ACK waits for the delayed-ACK timer
 holds it (issue 31; the timings are benchmarks/bench_ovos_bus.py's). No clock is read.
 """
-import asyncio
 import socket
-import struct
-import threading
 
 import pytest
 import websocket
+from echo_bus import TURNS, echo_bus, echoes_acked_at_once, pure_acks_sent
 from waiting import wait_until
 
 from hivemind_chat_agent.hub.bus_socket import keep_acks_quick
@@ -21,65 +19,13 @@ pytestmark = pytest.mark.skipif(not hasattr(socket, "TCP_QUICKACK")
                                 or not hasattr(socket, "TCP_INFO"),
                                 reason="TCP_QUICKACK and TCP_INFO are Linux's")
 
-TURNS = 40
-
 
 @pytest.fixture
 def bus_port():
-    """A tornado websocket server on 127.0.0.1 relaying every message to every client, the
-    sender included, as ovos_messagebus.event_handler does."""
-    from tornado.httpserver import HTTPServer
-    from tornado.ioloop import IOLoop
-    from tornado.netutil import bind_sockets
-    from tornado.web import Application
-    from tornado.websocket import WebSocketHandler
-
-    clients = []
-
-    class Bus(WebSocketHandler):
-        def open(self):
-            clients.append(self)
-
-        def on_message(self, message):
-            for client in clients:
-                client.write_message(message)
-
-        def on_close(self):
-            clients.remove(self)
-    sockets = bind_sockets(0, "127.0.0.1")
-    loops = []
-
-    def serve():
-        asyncio.set_event_loop(asyncio.new_event_loop())
-        HTTPServer(Application([("/core", Bus)])).add_sockets(sockets)
-        loops.append(IOLoop.current())
-        IOLoop.current().start()
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    assert wait_until(lambda: loops, 10), "the bus did not start"
-    yield sockets[0].getsockname()[1]
-    loops[0].add_callback(loops[0].stop)
-    thread.join(10)
-
-
-def pure_acks_sent(sock) -> int:
-    """Segments this socket sent without data (ACKs), as the kernel counts them."""
-    info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 160)
-    segs_out, = struct.unpack_from("I", info, 136)        # tcpi_segs_out
-    data_segs_out, = struct.unpack_from("I", info, 156)   # tcpi_data_segs_out
-    return segs_out - data_segs_out
-
-
-def echoes_acked_at_once(ws) -> int:
-    """How many of TURNS echoes of our own small messages `ws` acknowledged before it
-    returned them, sending each right after the previous echo (as a busy bus client does)."""
-    at_once = 0
-    for k in range(TURNS):
-        before = pure_acks_sent(ws.sock)
-        ws.send(f'{{"type": "recognizer_loop:utterance", "data": {{"k": {k}}}}}')
-        assert f'"k": {k}' in ws.recv()
-        at_once += pure_acks_sent(ws.sock) > before
-    return at_once
+    """tests/echo_bus.py's bus: Nagle on after the upgrade, every message echoed to every
+    client, as ovos-messagebus does."""
+    with echo_bus() as port:
+        yield port
 
 
 def test_each_echo_is_acknowledged_as_it_is_read(bus_port):
