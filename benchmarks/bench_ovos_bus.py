@@ -1,7 +1,10 @@
 """A turn through the OVOS messagebus, with and without keep_acks_quick()
 (hivemind_chat_agent/hub/bus_socket.py), beside the bus's own round trip in the same run (issue 31).
 
-    python benchmarks/bench_ovos_bus.py [--generation 5|4.0] [--rounds 50]
+    python benchmarks/bench_ovos_bus.py [--generation 5|4.0] [--rounds 50] [--quick-loopback]
+
+`--quick-loopback` (benchmarks/loopback.py): the same in a network namespace whose loopback
+route acknowledges at once (config/quick-loopback.sh): every stall below is gone there.
 
 On 127.0.0.1, each in its own process, from the OVOS hub venv of the generation (5:
 ovos-messagebus 0.2.1a6 in ovos-hub-5; 4.0: 0.0.10 in ovos-hub): two genuine ovos-messagebus,
@@ -41,6 +44,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 sys.path.insert(0, ROOT)
+
+from loopback import add_option, in_quick_loopback, maybe_rerun  # noqa: E402
 
 from hivemind_chat_agent.hub.bus_socket import keep_acks_quick  # noqa: E402
 
@@ -289,7 +294,11 @@ def main():
     ap.add_argument("--generation", choices=["5", "4.0"], default="5",
                     help="whose ovos-messagebus: 5 (0.2.1a6) or 4.0 (0.0.10)")
     ap.add_argument("--rounds", type=int, default=50)
+    add_option(ap)
     args = ap.parse_args()
+    maybe_rerun(args)
+    if in_quick_loopback():
+        print("loopback with quickack (config/quick-loopback.sh), in a network namespace")
     import shutil
     import tempfile
 

@@ -2,15 +2,18 @@
 (issue 31: "a flood from one satellite does not slow another's turns past 1.2x").
 
     python benchmarks/bench_ovos_flood.py [--turns 30] [--rounds 3] [--rate 0] [--plugin stock]
-                                          [--flooder-nice 19]
+                                          [--flooder-nice 19] [--genuine] [--quick-loopback]
 
 The hub: tests/stock_hub.StockOVOSHub(plugin="ovos-mode"), hivemind-core 4.0.0 (`--generation
-5`: 5.3.10a1) with our plugin
-in OVOS mode in front of a genuine ovos-messagebus, and an answering service on that bus that
-answers every utterance at once. Not ovos-core: it runs one session's utterances in its own
-handler pool, 0.2 to 15 s each, and its own queueing would drown what the plugin adds (the
-flood's counts and ordering against genuine ovos-core, both generations, are
-tests/test_ovos_mode_satellites.py's).
+5`: 5.3.10a1) with our plugin in OVOS mode in front of a genuine ovos-messagebus, and an
+answering service on that bus that answers every utterance at once: what the hub adds, without
+ovos-core's own time. `--genuine`: genuine ovos-core and its skills instead
+(tests/ovos_hub.OVOSHub, the issue's own setting); the other says "hello world" (hello-world,
+spoken with wait=True), the flood's "flood N" falls to the unknown fallback through the whole
+pipeline. `--quick-loopback` (benchmarks/loopback.py) runs it all in a network namespace whose
+loopback acknowledges at once (config/quick-loopback.sh): without it every genuine turn can
+wait 40 ms for ovos-core's delayed ACK, more often the more the bus carries, and the medians
+flip between two modes (docs/performance.md).
 
 The other satellite: our client (HiveMindChatAgent), one turn at a time, each timed from its
 send to its answer, 250 ms of quiet before each (the answering service's delayed ACK,
@@ -41,6 +44,8 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 sys.path.insert(0, os.path.join(HERE, ".."))
 
 from cpu_burner import cpu_burner  # noqa: E402
+from loopback import add_option, in_quick_loopback, maybe_rerun  # noqa: E402
+from ovos_hub import OVOSHub, warm_up  # noqa: E402
 from ovos_utils.log import LOG  # noqa: E402
 from report import Table, ms  # noqa: E402
 from stock_hub import PLUGINS, StockOVOSHub  # noqa: E402
@@ -111,16 +116,31 @@ class Burner:
         return {"sent": 0, "handled": 0, "refused": 0}
 
 
-def timed_turns(agent, turns: int, tag: str):
+def timed_turns(agent, turns: int, tag: str, genuine: bool = False):
+    """`turns` turns of the other satellite, each after QUIET, timed from send to answer: "turn
+    i" answered by the answering service, or (`genuine`) "hello world" by ovos-core's
+    hello-world skill."""
     took = []
     for i in range(turns):
+        utterance, expected = ("hello world", "Hello world") if genuine else \
+            (f"turn {i}", f"you said turn {i}")
         time.sleep(QUIET)
         start = time.monotonic()
-        answer = agent.get_response(f"turn {i}", session_id=f"other-{tag}")
+        answer = agent.get_response(utterance, session_id=f"other-{tag}")
         took.append(time.monotonic() - start)
-        if answer != f"you said turn {i}":
+        if answer != expected:
             raise RuntimeError(f"turn {i} ({tag}) answered {answer!r}")
     return took
+
+
+def start_hub(args, settings):
+    """The hub the run measures: the answering service behind a genuine ovos-messagebus, or
+    (`--genuine`) genuine ovos-core and its skills (tests/ovos_hub.OVOSHub)."""
+    if args.genuine:
+        agent = "ovos-mode" if args.plugin == "ovos-mode" else "stock"
+        return OVOSHub(generation=args.generation, agent=agent, settings=settings).start()
+    return StockOVOSHub(plugin=args.plugin, settings=settings,
+                        quick_answerer=args.quick_answerer, generation=args.generation).start()
 
 
 def p90(values):
@@ -148,27 +168,34 @@ def main():
     ap.add_argument("--burner-instead", action="store_true",
                     help="a CPU burner on one core instead of the flood: what the flooder's "
                          "own process costs the other satellite, with no frame sent")
+    ap.add_argument("--genuine", action="store_true",
+                    help="genuine ovos-core and its skills behind the bus instead of the "
+                         "answering service (tests/ovos_hub.py); the other says \"hello "
+                         "world\", the flood's sentences fall to the unknown fallback")
     ap.add_argument("--flooder-nice", type=int, default=0, metavar="N",
                     help="the flooder's process (and the burner's) at nice N")
+    add_option(ap)
     args = ap.parse_args()
+    maybe_rerun(args)
     settings = {key: json.loads(value) for key, value in
                 (item.split("=", 1) for item in args.set)}
-    hub = StockOVOSHub(plugin=args.plugin, settings=settings,
-                       quick_answerer=args.quick_answerer,
-                       generation=args.generation).start()
+    hub = start_hub(args, settings)
     flooder = agent = None
     try:
-        agent = HiveMindChatAgent(hub.add_client(name="other").agent_config(timeout=10))
-        timed_turns(agent, 5, "warm-up")
+        creds = hub.add_client(name="other")
+        if args.genuine:
+            warm_up(creds)
+        agent = HiveMindChatAgent(creds.agent_config(timeout=30 if args.genuine else 10))
+        timed_turns(agent, 5, "warm-up", args.genuine)
         flooder = StockSatellite(args.generation, hub.add_client(name="flooder"),
                                  name="flooder", nice=args.flooder_nice)
         baseline, flooded, floods = [], [], []
         for round_ in range(args.rounds):
-            baseline += timed_turns(agent, args.turns, f"base-{round_}")
+            baseline += timed_turns(agent, args.turns, f"base-{round_}", args.genuine)
             load = Burner(args.flooder_nice) if args.burner_instead else \
                 Flood(flooder, args.rate)
             with load as flood:
-                flooded += timed_turns(agent, args.turns, f"flood-{round_}")
+                flooded += timed_turns(agent, args.turns, f"flood-{round_}", args.genuine)
             # the flood's backlog (its frames wait in its own socket while its reads are
             # paced) drains before the next baseline, so that baseline is not measured
             # beside it; bounded by DRAIN_LIMIT, what is still unended then is reported
@@ -197,8 +224,11 @@ def main():
     plugin = "our plugin in OVOS mode" if args.plugin == "ovos-mode" else \
         "the stock hivemind-ovos-agent-plugin"
     core = "4.0.0" if args.generation == "4.0" else "5.3.10a1"
+    behind = "genuine ovos-core and skills" if args.genuine else "answering service"
+    if in_quick_loopback():
+        behind += ", loopback with quickack (config/quick-loopback.sh)"
     print(f"\n{os.cpu_count()} CPUs; hivemind-core {core}, {plugin} {settings or ''}, genuine "
-          f"ovos-messagebus, answering service; {args.rounds} rounds of {args.turns} turns "
+          f"ovos-messagebus, {behind}; {args.rounds} rounds of {args.turns} turns "
           f"per phase; flood {'as fast as it can' if not args.rate else f'{args.rate:g}/s'}: "
           f"{sent} utterances in {seconds:.1f} s ({sent / seconds:.0f}/s), {refused} refused "
           f"busy, {ended - refused} answered, {sent - ended} never ended\n")

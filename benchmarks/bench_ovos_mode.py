@@ -2,6 +2,10 @@
 (issue 31's Performance section).
 
     python benchmarks/bench_ovos_mode.py [--generation 5|4.0] [--rounds 60] [--quick-answerer]
+                                         [--quick-loopback]
+
+`--quick-loopback` (benchmarks/loopback.py): in a network namespace whose loopback route
+acknowledges at once (config/quick-loopback.sh), as an operator's hub with that script is.
 
 Every hub is a `hivemind-core listen` process on 127.0.0.1, every satellite our client
 (HiveMindChatAgent, one warm connection per hub, one session), each hub at mycroft.conf
@@ -58,6 +62,7 @@ from bench_hub import (  # noqa: E402
     write_mycroft_conf,
 )
 from bench_ovos_bus import QUIET, Buses, Client, p90  # noqa: E402
+from loopback import add_option, in_quick_loopback, maybe_rerun  # noqa: E402
 from report import Table, ms  # noqa: E402
 
 from hivemind_chat_agent import HiveMindChatAgent  # noqa: E402
@@ -212,7 +217,11 @@ def main():
     ap.add_argument("--rounds", type=int, default=60, help="turns per case and kind")
     ap.add_argument("--quick-answerer", action="store_true",
                     help="the answering service with keep_acks_quick (back-to-back graded)")
+    add_option(ap)
     args = ap.parse_args()
+    maybe_rerun(args)
+    if in_quick_loopback():
+        print("loopback with quickack (config/quick-loopback.sh), in a network namespace")
     print(f"hivemind-core {args.generation} hubs; this process: {bench_hub.versions()}; "
           f"Linux {os.uname().release}; {os.cpu_count()} CPUs; answering service: "
           f"{'keep_acks_quick' if args.quick_answerer else 'stock MessageBusClient'}",
