@@ -41,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 EVENT = "EVENT "
@@ -178,21 +179,35 @@ def types(messages):
 
 class Flood:
     """The satellite process's flood: `say("flood N")` from a thread of its own, as fast as
-    it can or `rate` a second, and the counts of what came back since it began."""
+    it can or `rate` a second, and the counts of what came back since it began; `closes`: how
+    often its connection went down meanwhile (`connected()` seen false after true, looked at
+    every 50 ms): what was sent and not yet read then is gone with that connection."""
 
-    def __init__(self, say):
+    def __init__(self, say, connected=lambda: True):
         self._say = say
+        self._connected = connected
         self._stop = threading.Event()
         self._thread = None
         self._lock = threading.Lock()
         self.active = False
-        self.sent = self.handled = self.refused = 0
+        self.sent = self.handled = self.refused = self.closes = 0
         self.refusal_type, self.refusal_reason = "", "busy"
+        threading.Thread(target=self._watch, daemon=True).start()
+
+    def _watch(self):
+        was_up = True
+        while True:
+            up = self._connected()
+            if was_up and not up and self.active:
+                with self._lock:
+                    self.closes += 1
+            was_up = up
+            time.sleep(0.05)
 
     def start(self, rate=0.0, refusal_type="", refusal_reason="busy"):
         self.stop()
         with self._lock:
-            self.sent = self.handled = self.refused = 0
+            self.sent = self.handled = self.refused = self.closes = 0
             self.refusal_type, self.refusal_reason = refusal_type, refusal_reason
             self.active = True
         self._stop.clear()
@@ -226,7 +241,8 @@ class Flood:
 
     def tally(self):
         with self._lock:
-            return {"sent": self.sent, "handled": self.handled, "refused": self.refused}
+            return {"sent": self.sent, "handled": self.handled, "refused": self.refused,
+                    "closes": self.closes}
 
 
 def _print_event(lock, event):
@@ -252,7 +268,7 @@ def main():
                                   useragent=config["name"], identity=identity)
     speeches = queue.Queue()
     kept = {}      # the Session of this satellite's last message from the hub
-    flood = Flood(lambda text: say(text, "en-US"))
+    flood = Flood(lambda text: say(text, "en-US"), client.handshake_event.is_set)
 
     def keep_session(message):
         session = message.context.get("session")
