@@ -23,12 +23,35 @@ TURNS = 40
 
 
 @contextlib.contextmanager
-def echo_bus() -> Iterator[int]:
-    """The bus, serving on a thread of its own while `with`-ed; yields its port."""
+def tornado_serving(routes) -> Iterator[int]:
+    """A tornado Application of `routes` on a free 127.0.0.1 port, its IO loop on a thread of
+    its own while `with`-ed; yields the port."""
     from tornado.httpserver import HTTPServer
     from tornado.ioloop import IOLoop
     from tornado.netutil import bind_sockets
     from tornado.web import Application
+
+    sockets = bind_sockets(0, "127.0.0.1")
+    loops = []
+
+    def serve():
+        asyncio.set_event_loop(asyncio.new_event_loop())
+        HTTPServer(Application(routes)).add_sockets(sockets)
+        loops.append(IOLoop.current())
+        IOLoop.current().start()
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    assert wait_until(lambda: loops, 10), "the server did not start"
+    try:
+        yield sockets[0].getsockname()[1]
+    finally:
+        loops[0].add_callback(loops[0].stop)
+        thread.join(10)
+
+
+@contextlib.contextmanager
+def echo_bus() -> Iterator[int]:
+    """The bus, serving on a thread of its own while `with`-ed; yields its port."""
     from tornado.websocket import WebSocketHandler
 
     clients = []
@@ -43,22 +66,8 @@ def echo_bus() -> Iterator[int]:
 
         def on_close(self):
             clients.remove(self)
-    sockets = bind_sockets(0, "127.0.0.1")
-    loops = []
-
-    def serve():
-        asyncio.set_event_loop(asyncio.new_event_loop())
-        HTTPServer(Application([("/core", Bus)])).add_sockets(sockets)
-        loops.append(IOLoop.current())
-        IOLoop.current().start()
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    assert wait_until(lambda: loops, 10), "the bus did not start"
-    try:
-        yield sockets[0].getsockname()[1]
-    finally:
-        loops[0].add_callback(loops[0].stop)
-        thread.join(10)
+    with tornado_serving([("/core", Bus)]) as port:
+        yield port
 
 
 def pure_acks_sent(sock) -> int:

@@ -58,37 +58,19 @@ def test_hub_down_fails_within_connect_timeout(make_agent):
 
 def test_a_server_that_never_handshakes_is_a_handshake_timeout(make_agent):
     """A websocket server on the hub's port that accepts and then says nothing."""
-    import asyncio
-
-    from tornado.ioloop import IOLoop
-    from tornado.netutil import bind_sockets
-    from tornado.web import Application
+    from echo_bus import tornado_serving
     from tornado.websocket import WebSocketHandler
 
     class Silent(WebSocketHandler):
         def on_message(self, message):
             pass
-    sockets = bind_sockets(0, "127.0.0.1")
-    port = sockets[0].getsockname()[1]
-    loops = []
-
-    def serve():
-        asyncio.set_event_loop(asyncio.new_event_loop())
-        from tornado.httpserver import HTTPServer
-        HTTPServer(Application([("/", Silent)])).add_sockets(sockets)
-        loops.append(IOLoop.current())
-        IOLoop.current().start()
-    threading.Thread(target=serve, daemon=True).start()
-    try:
+    with tornado_serving([("/", Silent)]) as port:
         agent = make_agent({"host": "127.0.0.1", "port": port, "key": "k", "password": "p",
                             "connect_timeout": 1.5})
         start = time.monotonic()
         with pytest.raises(HandshakeTimeoutError, match="did not finish the handshake"):
             agent.get_response("hello", session_id="silent")
         assert 1.4 <= time.monotonic() - start < 1.5 + 4 * UNIT   # at its connect_timeout
-    finally:
-        assert wait_until(lambda: loops, 10), "the silent server did not start"
-        loops[0].add_callback(loops[0].stop)
 
 
 def test_hub_killed_mid_turn_then_restarted_conversation_goes_on(own_hub, make_agent):

@@ -19,10 +19,10 @@ utterances a session and a client may have in flight at OVOS (`max_in_flight_per
 one whose end never comes is forgotten after `in_flight_timeout`), the sessions a client may
 keep (`max_sessions_per_client`, least recently seen evicted) and how long an idle one is kept
 (`session_ttl`); a connection they refused is on probation for a while (core/ovos_probation.py:
-one utterance at a time, OVOS busy half the time at most). A refused utterance, and one that
-cannot reach OVOS (the bus is down, or went down while it was queued or in flight), gets the
-chat mode's failure shape: a `complete_intent_failure` with the reason, then
-`ovos.utterance.handled` (`failure_replies`).
+one utterance at a time, none beside another satellite's, OVOS busy a quarter of the time at
+most). A refused utterance, and one that cannot reach OVOS (the bus is down, or went down while
+it was queued or in flight), gets the chat mode's failure shape: a `complete_intent_failure`
+with the reason, then `ovos.utterance.handled` (`failure_replies`).
 
 OVOS → satellite. `route` delivers a bus message only to the satellites its
 `context["destination"]` names (as the stock plugin does), never for a message whose
