@@ -45,7 +45,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 sys.path.insert(0, ROOT)
 
-from loopback import add_option, in_quick_loopback, maybe_rerun  # noqa: E402
+from loopback import add_option, maybe_rerun  # noqa: E402
 
 from hivemind_chat_agent.hub.bus_socket import keep_acks_quick  # noqa: E402
 
@@ -297,8 +297,6 @@ def main():
     add_option(ap)
     args = ap.parse_args()
     maybe_rerun(args)
-    if in_quick_loopback():
-        print("loopback with quickack (config/quick-loopback.sh), in a network namespace")
     import shutil
     import tempfile
 

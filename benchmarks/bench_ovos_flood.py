@@ -136,9 +136,8 @@ def timed_turns(agent, turns: int, tag: str, genuine: bool = False):
 def start_hub(args, settings):
     """The hub the run measures: the answering service behind a genuine ovos-messagebus, or
     (`--genuine`) genuine ovos-core and its skills (tests/ovos_hub.OVOSHub)."""
-    if args.genuine:
-        agent = "ovos-mode" if args.plugin == "ovos-mode" else "stock"
-        return OVOSHub(generation=args.generation, agent=agent, settings=settings).start()
+    if args.genuine:     # OVOSHub's agents are stock_hub's PLUGINS by the same names
+        return OVOSHub(generation=args.generation, agent=args.plugin, settings=settings).start()
     return StockOVOSHub(plugin=args.plugin, settings=settings,
                         quick_answerer=args.quick_answerer, generation=args.generation).start()
 

@@ -62,7 +62,7 @@ from bench_hub import (  # noqa: E402
     write_mycroft_conf,
 )
 from bench_ovos_bus import QUIET, Buses, Client, p90  # noqa: E402
-from loopback import add_option, in_quick_loopback, maybe_rerun  # noqa: E402
+from loopback import add_option, maybe_rerun  # noqa: E402
 from report import Table, ms  # noqa: E402
 
 from hivemind_chat_agent import HiveMindChatAgent  # noqa: E402
@@ -220,8 +220,6 @@ def main():
     add_option(ap)
     args = ap.parse_args()
     maybe_rerun(args)
-    if in_quick_loopback():
-        print("loopback with quickack (config/quick-loopback.sh), in a network namespace")
     print(f"hivemind-core {args.generation} hubs; this process: {bench_hub.versions()}; "
           f"Linux {os.uname().release}; {os.cpu_count()} CPUs; answering service: "
           f"{'keep_acks_quick' if args.quick_answerer else 'stock MessageBusClient'}",

@@ -5,13 +5,13 @@ nothing (docs/performance.md). This machine's routes are never touched: the name
 with the run. Needs root, `unshare` and `ip`; the hubs, buses and clients all run inside it.
 """
 import os
-import shlex
 import subprocess
 import sys
 from typing import List
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-SCRIPT = os.path.join(HERE, "..", "config", "quick-loopback.sh")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+from quick_route import in_a_namespace  # noqa: E402
+
 INSIDE = "HIVEMIND_CHAT_QUICK_LOOPBACK"     # set in the namespace's run
 
 
@@ -29,14 +29,15 @@ def in_quick_loopback() -> bool:
 def rerun_inside(argv: List[str]) -> int:
     """This script again, with `argv`, in a new network namespace with the quick route; its
     exit code."""
-    command = " ".join(shlex.quote(a) for a in [sys.executable, *argv])
-    steps = f"ip link set lo up && sh {shlex.quote(SCRIPT)} >/dev/null && exec {command}"
-    return subprocess.call(["unshare", "-n", "sh", "-ec", steps],
+    return subprocess.call(in_a_namespace([sys.executable, *argv], "on"),
                            env={**os.environ, INSIDE: "1"})
 
 
 def maybe_rerun(args) -> None:
     """With `--quick-loopback` and not inside yet: the run happens in the namespace and this
-    process exits with its code."""
-    if getattr(args, "quick_loopback", False) and not in_quick_loopback():
+    process exits with its code; inside, the run says so first."""
+    if in_quick_loopback():
+        print("loopback with quickack (config/quick-loopback.sh), in a network namespace",
+              flush=True)
+    elif getattr(args, "quick_loopback", False):
         sys.exit(rerun_inside(sys.argv))

@@ -12,9 +12,9 @@ import sys
 
 import pytest
 from echo_bus import TURNS
+from quick_route import SCRIPT, in_a_namespace
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SCRIPT = os.path.join(HERE, "..", "config", "quick-loopback.sh")
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux") or os.geteuid() != 0
@@ -22,12 +22,11 @@ pytestmark = pytest.mark.skipif(
     reason="needs Linux, root, unshare and ip (a network namespace of the test's own)")
 
 
-def acks_in_a_namespace(*script_args: str) -> int:
+def acks_in_a_namespace(*script_runs: str) -> int:
     """echo_bus.plain_client_acks() in a fresh network namespace whose loopback is up, after
-    `quick-loopback.sh script_args...` for each tuple given."""
-    steps = ["ip link set lo up"] + [f"sh {SCRIPT} {arg}" for arg in script_args] + \
-        [f"{sys.executable} {os.path.join(HERE, 'echo_bus.py')}"]
-    done = subprocess.run(["unshare", "-n", "sh", "-ec", " && ".join(steps)],
+    `quick-loopback.sh RUN` for each of `script_runs`."""
+    done = subprocess.run(in_a_namespace([sys.executable, os.path.join(HERE, "echo_bus.py")],
+                                         *script_runs),
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     return int(done.stdout.strip().splitlines()[-1])

@@ -73,7 +73,7 @@ class Probation:
         return True
 
     def refusal(self, conn: str, open_count: Callable[[], int], now: float,
-                others_busy: Callable[[], bool] = lambda: False) -> Optional[str]:
+                others_busy: Callable[[], bool]) -> Optional[str]:
         """Why an utterance of `conn` may not go to OVOS now (it is on probation and has one
         there, its turn to wait is not over, or `others_busy()`: a satellite in good standing
         has one there), or None. The callables are asked only for a connection on probation."""
