@@ -56,8 +56,9 @@ def pytest_configure(config):
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session, exitstatus):
-    """Servers (redis-server, haproxy, mosquitto) and hubs that a test left running are
-    stopped here, and the run fails naming them in the summary (tests/spawned.py)."""
+    """Servers (redis-server, haproxy, mosquitto), hubs, OVOS stacks and Home Assistant that a
+    test left running are stopped here, and the run fails naming them in the summary
+    (tests/spawned.py)."""
     from spawned import stop_those_left
     _LEFT_RUNNING.extend(stop_those_left())
     if _LEFT_RUNNING and exitstatus in (0, 5):

@@ -21,6 +21,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import ha_runtime
 from hubs import free_port
+from spawned import record
 
 CLIENT_ID = "http://127.0.0.1/"    # an OAuth client id HA accepts for the onboarding user
 
@@ -66,6 +67,7 @@ class HomeAssistantProcess:
         began = time.monotonic()
         log = open(self.log_path, "a")
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        record(self.proc, self.folder)
         log.close()
         while time.monotonic() - began < timeout:
             if self.proc.poll() is not None:

@@ -39,6 +39,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import hub_venvs  # noqa: E402
 from ports import free_port  # noqa: E402
+from spawned import record  # noqa: E402
 from waiting import wait_until  # noqa: E402
 
 GENERATIONS = ("4.0", "5")
@@ -223,6 +224,7 @@ class OVOSHub:
         proc = subprocess.Popen(cmd, env=env or self.env, stdout=log, stderr=subprocess.STDOUT,
                                 cwd=self.home, start_new_session=True)
         self.procs[name] = (proc, log)
+        record(proc, f"{self.home} ({name})", group=True)
         return proc
 
     def _wait(self, name: str, ready, timeout: float):
