@@ -15,7 +15,8 @@ from waiting import wait_until
 
 from hivemind_chat_agent.core.drain import Drain
 from hivemind_chat_agent.core.health import ovos_readiness
-from hivemind_chat_agent.core.ovos_routes import OvosRoutes, RouteLimits, Satellite
+from hivemind_chat_agent.core.ovos_route_terms import RouteLimits, Satellite
+from hivemind_chat_agent.core.ovos_routes import OvosRoutes
 from hivemind_chat_agent.errors import ConfigurationError
 from hivemind_chat_agent.hub.draining import DRAINING_SPEECH
 from hivemind_chat_agent.hub.ovos_settings import OvosModeSettings

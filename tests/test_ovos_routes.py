@@ -6,12 +6,8 @@ from fake_clock import FakeClock
 
 from hivemind_chat_agent.core.ovos_probation import Probation
 from hivemind_chat_agent.core.ovos_replies import failure_replies
-from hivemind_chat_agent.core.ovos_routes import (
-    OvosRoutes,
-    Refusal,
-    RouteLimits,
-    Satellite,
-)
+from hivemind_chat_agent.core.ovos_route_terms import Refusal, RouteLimits, Satellite
+from hivemind_chat_agent.core.ovos_routes import OvosRoutes
 from hivemind_chat_agent.core.turns import EndReason
 
 

@@ -7,12 +7,10 @@ gets what; this says what the frames are).
   spelling of a frame already routed for a session is dropped.
 """
 import json
-from typing import TYPE_CHECKING, Any, Deque, Dict, List
+from typing import Any, Deque, Dict, List
 
+from hivemind_chat_agent.core.ovos_route_terms import Outbound, Refusal
 from hivemind_chat_agent.core.protocol_names import HANDLED_TYPE, UNMATCHED_TYPE
-
-if TYPE_CHECKING:
-    from hivemind_chat_agent.core.ovos_routes import Outbound, Refusal
 
 TWIN_MARKERS = ("_namespace_compat_twin", "_intent_compat_twin")   # ovos-bus-client 2.x
 
@@ -36,7 +34,7 @@ def is_twin(message: Dict[str, Any], context: Dict[str, Any], recent_frames: Deq
     return False
 
 
-def failure_replies(outbound: "Outbound", refusal: "Refusal") -> List[Dict[str, Any]]:
+def failure_replies(outbound: Outbound, refusal: Refusal) -> List[Dict[str, Any]]:
     """What the satellite hears for an utterance that was refused or could not reach OVOS:
     the chat mode's failure shape (hub/hub_turn.HubTurn.finish), its context the utterance's
     (so a turn tag comes back), its Session under the id the satellite declared."""

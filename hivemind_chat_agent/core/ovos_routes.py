@@ -1,7 +1,8 @@
 """The OVOS mode's routing decisions, without I/O: what a satellite's message becomes on the
 local OVOS messagebus, which satellite a bus message goes back to (and under which session id),
 and the bounds and fairness between satellites (what is kept of a session and connection, and
-the rewrites both ways: core/ovos_sessions.py).
+the rewrites both ways: core/ovos_sessions.py). What it takes and gives are the plain values of
+core/ovos_route_terms.py.
 
 The hub plugin in OVOS mode (hub/ovos_mode.py) stands where hivemind-ovos-agent-plugin stands:
 between hivemind-core's satellites and ovos-core's messagebus. Its shell identifies the sender
@@ -33,13 +34,19 @@ if that peer is gone but the session is still followed, it goes to the connectio
 session last, which is the same satellite (same access key, same declared session).
 """
 from collections import OrderedDict, deque
-from dataclasses import dataclass
 from typing import Any, Callable, Deque, Dict, List, Optional
 
 from hivemind_chat_agent.core.health import STOPPED, TIMED_OUT
 from hivemind_chat_agent.core.ovos_outcomes import UtteranceOutcomes
 from hivemind_chat_agent.core.ovos_probation import Probation
 from hivemind_chat_agent.core.ovos_replies import is_twin
+from hivemind_chat_agent.core.ovos_route_terms import (
+    Delivery,
+    Outbound,
+    Refusal,
+    RouteLimits,
+    Satellite,
+)
 from hivemind_chat_agent.core.ovos_sessions import (
     FollowedSession,
     SatelliteConnection,
@@ -56,48 +63,6 @@ from hivemind_chat_agent.core.turns import EndReason
 
 SWEEP_EVERY = 1.0          # seconds between looks for expired sessions and in-flight entries
 BUS_DOWN_WHY = "the hub's OVOS messagebus is not connected"
-
-@dataclass(frozen=True)
-class RouteLimits:
-    max_queued_per_client: int = 32      # messages of one access key waiting for the bus
-    max_in_flight_per_session: int = 4   # utterances of one session OVOS has not handled
-    max_in_flight_per_client: int = 16   # ... of one access key, all its sessions
-    in_flight_timeout: float = 60.0      # an utterance never handled is forgotten after this
-    max_sessions_per_client: int = 256
-    session_ttl: float = 3600.0
-
-
-@dataclass(frozen=True)
-class Satellite:
-    """An authenticated satellite's message, as the shell identified it."""
-    conn: str               # a token of its connection that never changes
-    client: str             # its access key's name for fairness and bounds
-    peer: str               # hivemind-core's name for the connection when it sent this
-    declared_session: str   # the session id the satellite declared
-    session_id: str         # the namespaced id OVOS sees (hub/senders.identify)
-    handle: Any = None      # the connection object, opaque here: replies are written to it
-
-
-@dataclass(frozen=True)
-class Outbound:
-    """A satellite's message for the OVOS bus, and who sent it (for its failure)."""
-    message: Dict[str, Any]
-    sender: Satellite
-    is_utterance: bool
-
-
-@dataclass(frozen=True)
-class Delivery:
-    """A bus message for one satellite connection, its session id the satellite's own."""
-    handle: Any
-    peer: str
-    message: Dict[str, Any]
-
-
-@dataclass(frozen=True)
-class Refusal:
-    reason: EndReason
-    why: str
 
 
 class OvosRoutes:

@@ -39,12 +39,8 @@ from hivemind_chat_agent.core.limits import shown, shown_name
 from hivemind_chat_agent.core.loop_share import REFUSAL_PAUSE
 from hivemind_chat_agent.core.ovos_probation import Probation
 from hivemind_chat_agent.core.ovos_replies import failure_replies
-from hivemind_chat_agent.core.ovos_routes import (
-    Outbound,
-    OvosRoutes,
-    Refusal,
-    Satellite,
-)
+from hivemind_chat_agent.core.ovos_route_terms import Outbound, Refusal, Satellite
+from hivemind_chat_agent.core.ovos_routes import OvosRoutes
 from hivemind_chat_agent.core.protocol_names import UTTERANCE_TYPES
 from hivemind_chat_agent.core.skills_readiness import ANSWER_TYPE, NOT_READY_WHY, SkillsReadiness
 from hivemind_chat_agent.core.turns import EndReason

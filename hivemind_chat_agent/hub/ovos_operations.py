@@ -25,7 +25,7 @@ from ovos_utils.log import LOG
 
 from hivemind_chat_agent.core.health import Verdict, ovos_readiness, turn_outcome
 from hivemind_chat_agent.core.ovos_replies import failure_replies
-from hivemind_chat_agent.core.ovos_routes import Outbound, Refusal
+from hivemind_chat_agent.core.ovos_route_terms import Outbound, Refusal
 from hivemind_chat_agent.core.protocol_names import CHAT_PLUGIN_NAME as PLUGIN_NAME
 from hivemind_chat_agent.core.protocol_names import SPEAK_TYPE, TURN_TAG_KEY
 from hivemind_chat_agent.core.turns import EndReason

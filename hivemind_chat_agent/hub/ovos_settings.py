@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 
 from hivemind_chat_agent.core.loop_share import DEFAULT_BURST, DEFAULT_SHARE, loop_pacing
 from hivemind_chat_agent.core.ovos_probation import PROBATION_SECONDS, PROBATION_SHARE, Probation
-from hivemind_chat_agent.core.ovos_routes import RouteLimits
+from hivemind_chat_agent.core.ovos_route_terms import RouteLimits
 from hivemind_chat_agent.core.protocol_names import CHAT_PLUGIN_NAME as PLUGIN_NAME
 from hivemind_chat_agent.errors import ConfigurationError
 from hivemind_chat_agent.hub.operated import Operated, operated_values
