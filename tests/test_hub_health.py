@@ -166,6 +166,18 @@ def test_the_secret_is_timed_at_its_first_read_only_and_a_failed_read_is_tried_a
     assert got[("hivemind_chat_store_errors_total", ())] == 1
 
 
+def test_a_store_operation_has_a_series_from_its_first_call_only():
+    metrics = HubMetrics(lambda: 0, lambda: 0, lambda: 0)
+    text = metrics.exposition()[0].decode()
+    assert "hivemind_chat_store_seconds_count" not in text
+    assert "# TYPE hivemind_chat_store_seconds histogram" in text     # the family is declared
+    metrics.store_call("begin", 0.001, False)
+    got = samples(metrics.exposition()[0].decode())
+    ops = {dict(labels)["op"] for (name, labels) in got
+           if name == "hivemind_chat_store_seconds_count"}
+    assert ops == {"begin"}
+
+
 def test_two_plugins_in_one_process_count_apart():
     one, two = (HubMetrics(lambda: 0, lambda: 0, lambda: 0) for _ in range(2))
     one.turn_ended("answered", 0.1)

@@ -12,6 +12,11 @@ each turn once; its outcome label comes from core/health.turn_outcome. `NO_METRI
 when the `health` setting is off: the plugin then neither imports prometheus_client nor pays
 more than a method call per turn.
 
+`hivemind_chat_store_seconds` has a series per operation the store was asked, made at its first
+call: `take_over` and `claim_turn` come only with a resent turn, `unclaim` only with Redis's
+early begin, the OVOS mode asks no store at all, and eleven histograms made up front were 176
+of a scrape's 251 lines and most of its cost (docs/performance.md).
+
 `TimedStore` wraps the conversation store: each call of the contract is timed under its name
 (`hivemind_chat_store_seconds{op}`), and one that raises ConversationStoreError, or a ping that
 finds the store silent, counts in `hivemind_chat_store_errors_total`.
@@ -25,8 +30,6 @@ from hivemind_chat_agent.errors import ConversationStoreError
 TURN_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 FIRST_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 STORE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
-STORE_OPS = ("begin", "finish", "history", "record", "keep_session", "secret", "claim_turn",
-             "take_over", "turn_record", "unclaim", "ping")
 
 
 class NoMetrics:
@@ -72,7 +75,7 @@ class HubMetrics(NoMetrics):
         self._store = Histogram("hivemind_chat_store_seconds",
                                 "Conversation store calls, by operation", ["op"],
                                 buckets=STORE_BUCKETS, registry=reg)
-        self._store_ops = {op: self._store.labels(op) for op in STORE_OPS}
+        self._store_ops: Dict[str, Any] = {}      # op -> its series, made at its first call
         self._store_errors = Counter("hivemind_chat_store_errors",
                                      "Conversation store calls that found it unavailable",
                                      registry=reg)
@@ -85,7 +88,10 @@ class HubMetrics(NoMetrics):
         self._whole.observe(max(0.0, seconds))
 
     def store_call(self, op: str, seconds: float, failed: bool) -> None:
-        self._store_ops[op].observe(seconds)
+        series = self._store_ops.get(op)
+        if series is None:      # its first call (labels() returns one series for one op)
+            series = self._store_ops.setdefault(op, self._store.labels(op))
+        series.observe(seconds)
         if failed:
             self._store_errors.inc()
 
