@@ -13,7 +13,13 @@ import websocket
 from echo_bus import TURNS, echo_bus, echoes_acked_at_once, pure_acks_sent
 from waiting import wait_until
 
-from hivemind_chat_agent.hub.bus_socket import keep_acks_quick
+from hivemind_chat_agent.hub import bus_socket
+from hivemind_chat_agent.hub.bus_socket import (
+    keep_acks_quick,
+    lacks_quickack,
+    route_to,
+    warn_of_delayed_acks,
+)
 
 pytestmark = pytest.mark.skipif(not hasattr(socket, "TCP_QUICKACK")
                                 or not hasattr(socket, "TCP_INFO"),
@@ -91,3 +97,49 @@ def test_what_it_cannot_take_is_left_alone():
     finally:
         left.close()
         right.close()
+
+
+# ---- the warning when this machine's route will delay ovos-core's ACKs ----
+# what `ip -o route get` said on this machine (iproute2 6.x), with and without the route's
+# quickack (config/quick-loopback.sh), and for an address elsewhere
+ROUTE_QUICK = "local 127.0.0.1 dev lo src 127.0.0.1 uid 0 \\    cache <local> quickack 1 "
+ROUTE_PLAIN = "local 127.0.0.1 dev lo src 127.0.0.1 uid 0 \\    cache <local> "
+ROUTE_AWAY = "10.0.0.1 via 192.0.2.1 dev eth0 src 192.0.2.2 uid 0 \\    cache "
+
+
+def test_only_a_route_to_this_machine_without_quickack_is_named():
+    assert lacks_quickack(ROUTE_PLAIN)
+    assert not lacks_quickack(ROUTE_QUICK)
+    assert not lacks_quickack(ROUTE_AWAY)      # another machine's ACKs: nothing to say here
+    assert not lacks_quickack("")              # `ip` missing or failed: nothing known
+    assert lacks_quickack(ROUTE_PLAIN.replace("cache <local> ", "cache <local> quickack 0"))
+
+
+def test_without_ip_nothing_is_known_and_nothing_raised():
+    def missing(*_args, **_kwargs):
+        raise FileNotFoundError("ip")
+    assert route_to("127.0.0.1", run=missing) == ""
+
+
+def test_the_warning_names_the_fix_once_per_address(warnings_of_ours):
+    listener = socket.create_server(("127.0.0.1", 0))
+    a = socket.create_connection(listener.getsockname())
+    b = socket.create_connection(listener.getsockname())
+    asked = []
+
+    def route(address):
+        asked.append(address)
+        return ROUTE_PLAIN
+    try:
+        bus_socket._WARNED.discard("127.0.0.1")
+        assert warn_of_delayed_acks(a, route=route)
+        assert not warn_of_delayed_acks(b, route=route)       # said once is enough
+    finally:
+        for sock in (a, b, listener):
+            sock.close()
+        bus_socket._WARNED.discard("127.0.0.1")
+    assert asked == ["127.0.0.1"]
+    assert len(warnings_of_ours) == 1
+    assert "quickack 1" in warnings_of_ours[0] and "40 ms" in warnings_of_ours[0]
+    with socket.socket() as unconnected:
+        assert not warn_of_delayed_acks(unconnected, route=route)   # no peer: nothing said

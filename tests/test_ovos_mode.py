@@ -13,6 +13,7 @@ from waiting import hold_still, wait_until
 
 from hivemind_chat_agent import TurnStatus
 from hivemind_chat_agent.errors import HubBackendUnavailableError
+from hivemind_chat_agent.hub.bus_socket import lacks_quickack, route_to
 
 pytestmark = pytest.mark.hub
 
@@ -205,3 +206,14 @@ def test_a_query_is_answered_by_ovos_core_as_the_stock_plugin_answers_it(ovos_mo
                                                 ("hive.query.complete", None)]
     finally:
         sat.close()
+
+
+def test_the_hub_log_says_when_this_machines_route_will_delay_ovos_cores_acks(ovos_mode,
+                                                                               ovos_mode_creds):
+    """Said once at the bus connection when the loopback route lacks `quickack` (then every
+    turn may wait 40 ms for ovos-core's delayed ACKs: docs/troubleshooting.md), and not when
+    the operator set it: this machine's real route decides which."""
+    expected = lacks_quickack(route_to("127.0.0.1"))
+    with open(ovos_mode.log_path("hivemind")) as log:
+        said = log.read().count("the route to it has no quickack")
+    assert said == (1 if expected else 0)

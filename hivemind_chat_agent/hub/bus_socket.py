@@ -18,10 +18,17 @@ the client side of the connection, which is ours.
 What it cannot remove: the same stall on the *answering* client's connection (ovos-core's own
 bus client, which delays the ACK of the echoes of its own `speak`/`handled`): an utterance sent
 within that client's delayed-ACK window after its previous answer (about 40 ms) waits for its
-timer. Only that client's socket, or the bus's TCP_NODELAY, removes it.
+timer. Only that client's socket, or the bus's TCP_NODELAY, removes it; or, for every
+connection on the machine, the route's `quickack` attribute (config/quick-loopback.sh).
+`warn_of_delayed_acks` says so in the hub's log when the bus is on this machine and the route to
+it lacks that attribute, since nothing else would tell the operator why turns take 40 ms more.
 """
 import contextlib
 import socket
+import subprocess
+from typing import Callable, Set
+
+from ovos_utils.log import LOG
 
 _QUICKACK: int = getattr(socket, "TCP_QUICKACK", 0)      # Linux only; 0: not here
 
@@ -91,4 +98,49 @@ def keep_acks_quick(ws) -> bool:
     sock.detach()                          # the descriptor is the new object's to close now
     quick._quick()
     ws.sock = quick
+    return True
+
+
+def lacks_quickack(route: str) -> bool:
+    """Whether `route`, what `ip -o route get ADDRESS` says, is a route to this machine (it
+    begins with `local`) without `quickack 1`. A route elsewhere is False: the ACKs that
+    matter are then another machine's."""
+    words = route.split()
+    if not words or words[0] != "local":
+        return False
+    return not any(words[i] == "quickack" and words[i + 1] == "1" for i in range(len(words) - 1))
+
+
+def route_to(address: str, run: Callable[..., "subprocess.CompletedProcess[str]"] =
+             subprocess.run) -> str:
+    """`ip -o route get ADDRESS`'s answer; "" where `ip` is missing, fails or is slow."""
+    try:
+        done = run(["ip", "-o", "route", "get", address], capture_output=True, text=True,
+                   timeout=2)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return done.stdout if done.returncode == 0 else ""
+
+
+_WARNED: Set[str] = set()      # addresses already named in this process's log
+
+
+def warn_of_delayed_acks(sock: socket.socket, route: Callable[[str], str] = route_to) -> bool:
+    """Log a warning, once per address in a process, when the bus `sock` is connected to is
+    on this machine and the route to it has no `quickack` (module docstring); True if warned."""
+    try:
+        address = str(sock.getpeername()[0])
+    except (OSError, IndexError, TypeError):
+        return False
+    if address in _WARNED or not lacks_quickack(route(address)):
+        return False
+    _WARNED.add(address)
+    loopback = address.startswith("127.")
+    fix = ("as root, at each boot: ip route change local 127.0.0.1 dev lo table local proto "
+           "kernel scope host src 127.0.0.1 quickack 1, and the same for 127.0.0.0/8 "
+           "(config/quick-loopback.sh of the source does both)" if loopback else
+           f"add quickack 1 to the local route of {address} (ip route change ...)")
+    LOG.warning(f"the OVOS messagebus at {address} is on this machine and the route to it has "
+                "no quickack: ovos-core's delayed ACKs can hold a turn up to 40 ms "
+                f"(docs/troubleshooting.md). To remove them, {fix}")
     return True

@@ -31,7 +31,7 @@ from ovos_utils.log import LOG
 
 from hivemind_chat_agent.core.limits import shown
 from hivemind_chat_agent.errors import HiveMindChatError
-from hivemind_chat_agent.hub.bus_socket import keep_acks_quick
+from hivemind_chat_agent.hub.bus_socket import keep_acks_quick, warn_of_delayed_acks
 
 BUS_THREAD = "hivemind-chat-ovos-bus"
 
@@ -60,9 +60,11 @@ def socket_options(ws) -> None:
     one place to change them). TCP_NODELAY: a small utterance or audio end goes out at once
     instead of waiting behind the previous write's ACK (Nagle). keep_acks_quick: every frame is
     acknowledged as it is read (it also sets TCP_NODELAY; where it cannot apply, a wss:// bus's
-    TLS socket or not Linux, TCP_NODELAY alone is set)."""
+    TLS socket or not Linux, TCP_NODELAY alone is set). warn_of_delayed_acks: the log says
+    when ovos-core's side of this machine's route will still delay its ACKs."""
     if not keep_acks_quick(ws):
         ws.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    warn_of_delayed_acks(ws.sock)
 
 
 class OvosBus:
