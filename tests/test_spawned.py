@@ -4,6 +4,7 @@ import os
 import signal
 import subprocess
 import sys
+from contextlib import contextmanager
 
 from spawned import stop
 from waiting import wait_until
@@ -22,30 +23,31 @@ def group_alive(pgid: int) -> bool:
         return False
 
 
-def test_a_group_leader_is_stopped_with_its_children():
-    # a leader that spawns a child which ignores nothing and outlives its parent's SIGTERM
+@contextmanager
+def leader_with_a_child():
+    """A process leading a group of its own with a child of its own (as ovos-core's are),
+    both running; whatever is left of the group killed at the end."""
     leader = subprocess.Popen([sys.executable, "-c",
                                "import subprocess, time; subprocess.Popen(['sleep', '60']); "
                                "time.sleep(60)"], start_new_session=True)
     try:
-        assert wait_until(lambda: len(members(leader.pid)) == 2)      # leader and child
+        assert wait_until(lambda: len(members(leader.pid)) == 2)
+        yield leader
+    finally:
+        if group_alive(leader.pid):
+            os.killpg(leader.pid, signal.SIGKILL)
+        leader.wait()
+
+
+def test_a_group_leader_is_stopped_with_its_children():
+    with leader_with_a_child() as leader:
         stop(leader, group=True)
         assert leader.poll() is not None
         assert wait_until(lambda: not group_alive(leader.pid))        # the child too
-    finally:
-        if group_alive(leader.pid):
-            os.killpg(leader.pid, signal.SIGKILL)
 
 
 def test_without_group_only_the_process_is_stopped():
-    leader = subprocess.Popen([sys.executable, "-c",
-                               "import subprocess, time; subprocess.Popen(['sleep', '60']); "
-                               "time.sleep(60)"], start_new_session=True)
-    try:
-        assert wait_until(lambda: len(members(leader.pid)) == 2)      # leader and child
+    with leader_with_a_child() as leader:
         stop(leader)
         assert leader.poll() is not None
         assert group_alive(leader.pid)            # the child outlived it: what group= is for
-    finally:
-        if group_alive(leader.pid):
-            os.killpg(leader.pid, signal.SIGKILL)
