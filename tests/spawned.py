@@ -6,6 +6,7 @@ it)."""
 import os
 import signal
 import subprocess
+import time
 
 _SPAWNED: "list[tuple[subprocess.Popen, str, bool]]" = []
 
@@ -17,16 +18,40 @@ def record(process: subprocess.Popen, where: str, group: bool = False) -> None:
     _SPAWNED.append((process, where, group))
 
 
-def stop(process: subprocess.Popen, group: bool = False) -> None:
-    """`process` (its whole group if `group`) ended if it runs: terminated, killed if it has
-    not exited 10 s later."""
-    if process.poll() is None:
-        _signal(process, signal.SIGTERM, group)
+def stop(process: subprocess.Popen, group: bool = False, grace: float = 10.0) -> None:
+    """`process` ended if it runs, and with `group` every live member of its group (one that
+    outlived its leader too): terminated, killed if any is still running `grace` s later."""
+    if not running(process, group):
+        return
+    _signal(process, signal.SIGTERM, group)
+    deadline = time.monotonic() + grace
+    while running(process, group) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if running(process, group):
+        _signal(process, signal.SIGKILL, group)
+    process.wait()
+
+
+def running(process: subprocess.Popen, group: bool = False) -> bool:
+    """The process runs, or with `group` any member of its group that is not a zombie."""
+    return process.poll() is None or (group and bool(group_members(process.pid)))
+
+
+def group_members(pgid: int) -> "list[int]":
+    """The processes of group `pgid` that run (/proc; zombies, which are gone but for their
+    parent's wait, are not counted)."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
         try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            _signal(process, signal.SIGKILL, group)
-            process.wait()
+            with open(f"/proc/{entry}/stat") as f:
+                state, _ppid, pgrp = f.read().rsplit(")", 1)[1].split()[:3]
+        except (OSError, ValueError):
+            continue                       # gone meanwhile
+        if int(pgrp) == pgid and state != "Z":
+            members.append(int(entry))
+    return members
 
 
 def _signal(process: subprocess.Popen, signum: int, group: bool) -> None:
@@ -41,7 +66,7 @@ def _signal(process: subprocess.Popen, signum: int, group: bool) -> None:
 
 def stop_those_left() -> "list[str]":
     """Every recorded process still running stopped; their folders."""
-    left = [where for process, where, _ in _SPAWNED if process.poll() is None]
+    left = [where for process, where, group in _SPAWNED if running(process, group)]
     for process, _where, group in _SPAWNED:
         stop(process, group)
     _SPAWNED.clear()

@@ -23,6 +23,7 @@ import threading
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import hub_venvs  # noqa: E402
+from spawned import record  # noqa: E402
 
 # what the stock 4.0 plugin's races leave in a hub log: tornado's iostream AssertionError and
 # "Uncaught exception" (frames written off the IO loop), "dictionary changed size" (the client
@@ -137,6 +138,7 @@ class StockOVOSHub:
         proc = subprocess.Popen(cmd, env=self.hub.env, stdout=subprocess.PIPE, stderr=log,
                                 text=True, start_new_session=True)
         self.procs.append((proc, log))
+        record(proc, f"{self.home} ({name})", group=True)
         return proc, log
 
     def start(self) -> "StockOVOSHub":

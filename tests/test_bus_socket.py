@@ -7,14 +7,16 @@ once releases the bus's next frame at once; an echo whose ACK waits for the dela
 holds it (issue 31; the timings are benchmarks/bench_ovos_bus.py's). No clock is read.
 """
 import socket
+import threading
 
 import pytest
 import websocket
 from echo_bus import TURNS, echo_bus, echoes_acked_at_once, pure_acks_sent
-from waiting import wait_until
+from waiting import hold_still, wait_until
 
 from hivemind_chat_agent.hub import bus_socket
 from hivemind_chat_agent.hub.bus_socket import (
+    check_route,
     keep_acks_quick,
     lacks_quickack,
     route_to,
@@ -121,25 +123,41 @@ def test_without_ip_nothing_is_known_and_nothing_raised():
     assert route_to("127.0.0.1", run=missing) == ""
 
 
-def test_the_warning_names_the_fix_once_per_address(warnings_of_ours):
+def test_the_warning_names_the_fix(warnings_of_ours):
+    assert check_route("127.0.0.1", route=lambda _address: ROUTE_PLAIN)
+    assert not check_route("127.0.0.1", route=lambda _address: ROUTE_QUICK)
+    assert len(warnings_of_ours) == 1
+    assert "ip route replace local 127.0.0.1" in warnings_of_ours[0]
+    assert "quickack 1" in warnings_of_ours[0] and "40 ms" in warnings_of_ours[0]
+
+
+def test_a_route_check_that_breaks_is_not_the_connections_problem():
+    def broken(_address):
+        raise UnicodeDecodeError("utf-8", b"\xff", 0, 1, "not ip's usual output")
+    assert check_route("127.0.0.1", route=broken) is False
+
+
+def test_each_address_is_looked_at_once_off_the_connections_thread():
     listener = socket.create_server(("127.0.0.1", 0))
     a = socket.create_connection(listener.getsockname())
     b = socket.create_connection(listener.getsockname())
-    asked = []
+    asked, threads = [], []
 
     def route(address):
         asked.append(address)
-        return ROUTE_PLAIN
+        threads.append(threading.current_thread())
+        return ROUTE_QUICK
     try:
-        bus_socket._WARNED.discard("127.0.0.1")
-        assert warn_of_delayed_acks(a, route=route)
-        assert not warn_of_delayed_acks(b, route=route)       # said once is enough
+        bus_socket._ASKED.discard("127.0.0.1")
+        warn_of_delayed_acks(a, route=route)
+        warn_of_delayed_acks(b, route=route)       # the same address: not asked again
+        assert wait_until(lambda: asked)
+        with socket.socket() as unconnected:
+            warn_of_delayed_acks(unconnected, route=route)   # no peer: nothing asked
+        hold_still()                   # time for a second look, were one started
     finally:
         for sock in (a, b, listener):
             sock.close()
-        bus_socket._WARNED.discard("127.0.0.1")
+        bus_socket._ASKED.discard("127.0.0.1")
     assert asked == ["127.0.0.1"]
-    assert len(warnings_of_ours) == 1
-    assert "quickack 1" in warnings_of_ours[0] and "40 ms" in warnings_of_ours[0]
-    with socket.socket() as unconnected:
-        assert not warn_of_delayed_acks(unconnected, route=route)   # no peer: nothing said
+    assert threads[0] is not threading.current_thread()

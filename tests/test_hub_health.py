@@ -178,6 +178,43 @@ def test_a_store_operation_has_a_series_from_its_first_call_only():
     assert ops == {"begin"}
 
 
+def test_a_timed_store_has_every_turns_operations_from_the_start():
+    """begin and finish are asked by every turn: made when the store is wrapped, at 0, so
+    that rate() counts the first turn's (a series that appears at 1 has nothing to count
+    from)."""
+    metrics = HubMetrics(lambda: 0, lambda: 0, lambda: 0)
+    TimedStore(object(), metrics)
+    got = samples(metrics.exposition()[0].decode())
+    ops = {dict(labels)["op"]: value for (name, labels), value in got.items()
+           if name == "hivemind_chat_store_seconds_count"}
+    assert ops == {"begin": 0, "finish": 0}
+
+
+def test_every_operation_a_timed_store_times_is_in_the_contract():
+    """The `op` label's values are docs/metrics.md's (metrics.STORE_OPS): a call named
+    otherwise would make a series no dashboard knows."""
+    from hivemind_chat_agent.hub import metrics as module
+
+    class Answers:
+        def __getattr__(self, name):
+            return lambda *args, **kwargs: None if name != "ping" else True
+
+    class Seen(module.NoMetrics):
+        ops = set()
+
+        def store_call(self, op, seconds, failed):
+            self.ops.add(op)
+    seen = Seen()
+    store = TimedStore(Answers(), seen)
+    for name in ("begin", "finish", "history", "record", "keep_session", "secret",
+                 "claim_turn", "take_over", "turn_record", "unclaim", "ping"):
+        getattr(store, name)(*(["s", "t"] if name in ("begin", "take_over", "turn_record",
+                                                     "claim_turn", "unclaim") else
+                               [] if name in ("secret", "ping") else ["s"]))
+    assert seen.ops <= set(module.STORE_OPS)
+    assert len(seen.ops) == len(module.STORE_OPS)     # and each of the contract's is timed
+
+
 def test_two_plugins_in_one_process_count_apart():
     one, two = (HubMetrics(lambda: 0, lambda: 0, lambda: 0) for _ in range(2))
     one.turn_ended("answered", 0.1)

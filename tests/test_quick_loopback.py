@@ -47,14 +47,14 @@ def test_the_script_refuses_what_it_does_not_know():
     assert done.returncode == 2 and "usage" in done.stderr
 
 
-# the OVOS mode's warning (hub/bus_socket.warn_of_delayed_acks), asking this namespace's real
+# the OVOS mode's warning (hub/bus_socket.check_route), asking this namespace's real
 # `ip` about a real connection to 127.0.0.1: prints whether it warned
 WARNS = """
 import socket
-from hivemind_chat_agent.hub.bus_socket import warn_of_delayed_acks
+from hivemind_chat_agent.hub.bus_socket import check_route
 listener = socket.create_server(("127.0.0.1", 0))
 with socket.create_connection(listener.getsockname()) as sock:
-    print(warn_of_delayed_acks(sock))
+    print(check_route(sock.getpeername()[0]))
 """
 
 

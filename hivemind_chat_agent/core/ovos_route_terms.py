@@ -1,8 +1,8 @@
 """What the OVOS mode's routing table (core/ovos_routes.OvosRoutes) takes in and gives out,
 as plain values: its bounds, a satellite's message as the shell identified it, a message for
-the bus, one for a satellite, and a refusal. The shell (hub/ovos_mode.py), the failure
-replies (core/ovos_replies.py) and the operations (hub/ovos_operations.py) speak these words
-without importing the table."""
+the bus, one for a satellite, and a refusal. The table's neighbours speak these words: the
+shell (hub/ovos_mode.py), the settings (hub/ovos_settings.py), and the failure replies
+(core/ovos_replies.py) and operations (hub/ovos_operations.py), which need no more of it."""
 from dataclasses import dataclass
 from typing import Any, Dict
 

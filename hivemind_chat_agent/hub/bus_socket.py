@@ -26,6 +26,7 @@ it lacks that attribute, since nothing else would tell the operator why turns ta
 import contextlib
 import socket
 import subprocess
+import threading
 from typing import Callable, Set
 
 from ovos_utils.log import LOG
@@ -116,30 +117,53 @@ def route_to(address: str, run: Callable[..., "subprocess.CompletedProcess[str]"
     """`ip -o route get ADDRESS`'s answer; "" where `ip` is missing, fails or is slow."""
     try:
         done = run(["ip", "-o", "route", "get", address], capture_output=True, text=True,
-                   timeout=2)
+                   errors="replace", timeout=2)
     except (OSError, subprocess.SubprocessError):
         return ""
     return done.stdout if done.returncode == 0 else ""
 
 
-_WARNED: Set[str] = set()      # addresses already named in this process's log
+_ASKED: Set[str] = set()       # addresses whose route this process has looked at
+_ASKED_LOCK = threading.Lock()
 
 
-def warn_of_delayed_acks(sock: socket.socket, route: Callable[[str], str] = route_to) -> bool:
-    """Log a warning, once per address in a process, when the bus `sock` is connected to is
-    on this machine and the route to it has no `quickack` (module docstring); True if warned."""
+def warn_of_delayed_acks(sock: socket.socket, route: Callable[[str], str] = route_to) -> None:
+    """Look, once per address in a process and on a thread of its own (never on the bus
+    connection's path: `ip` may be slow on a busy machine), at the route to the bus `sock` is
+    connected to; `check_route` says what it finds. It is advice: nothing it meets can fail the
+    connection."""
     try:
         address = str(sock.getpeername()[0])
     except (OSError, IndexError, TypeError):
+        return
+    with _ASKED_LOCK:
+        if address in _ASKED:
+            return
+        _ASKED.add(address)
+    try:
+        threading.Thread(target=check_route, args=(address, route), daemon=True,
+                         name="hivemind-chat-route-check").start()
+    except RuntimeError:         # no thread to be had: no advice either
+        pass
+
+
+def check_route(address: str, route: Callable[[str], str] = route_to) -> bool:
+    """Log a warning when the route to `address` (the hub's own connection to the bus) is this
+    machine's and has no `quickack` (module docstring); True if warned. ovos-core, whose ACKs
+    the warning is about, reaches a bus on this machine through the same loopback route when
+    both use 127.0.0.1 (ovos-core's default); on another local address the hub's route is the
+    one looked at."""
+    try:
+        if not lacks_quickack(route(address)):
+            return False
+    except Exception as e:       # advice only: never let it reach a caller
+        LOG.debug(f"the route to {address} not checked: {type(e).__name__}: {e}")
         return False
-    if address in _WARNED or not lacks_quickack(route(address)):
-        return False
-    _WARNED.add(address)
     loopback = address.startswith("127.")
-    fix = ("as root, at each boot: ip route change local 127.0.0.1 dev lo table local proto "
+    fix = ("as root, at each boot: ip route replace local 127.0.0.1 dev lo table local proto "
            "kernel scope host src 127.0.0.1 quickack 1, and the same for 127.0.0.0/8 "
            "(config/quick-loopback.sh of the source does both)" if loopback else
-           f"add quickack 1 to the local route of {address} (ip route change ...)")
+           f"add quickack 1 to the local route of {address} (ip route replace ...)")
     LOG.warning(f"the OVOS messagebus at {address} is on this machine and the route to it has "
                 "no quickack: ovos-core's delayed ACKs can hold a turn up to 40 ms "
                 f"(docs/troubleshooting.md). To remove them, {fix}")

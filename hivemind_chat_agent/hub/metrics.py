@@ -15,7 +15,10 @@ more than a method call per turn.
 `hivemind_chat_store_seconds` has a series per operation the store was asked, made at its first
 call: `take_over` and `claim_turn` come only with a resent turn, `unclaim` only with Redis's
 early begin, the OVOS mode asks no store at all, and eleven histograms made up front were 176
-of a scrape's 251 lines and most of its cost (docs/performance.md).
+of a scrape's 251 lines and about half its cost (docs/performance.md). `begin` and `finish`,
+which every turn asks, are made when the store is wrapped (`TimedStore`), so that Prometheus'
+`rate()` counts the first turn's (a series that appears at 1 has no earlier sample to count
+from); a rare operation's first call is seen as its series appearing (docs/metrics.md).
 
 `TimedStore` wraps the conversation store: each call of the contract is timed under its name
 (`hivemind_chat_store_seconds{op}`), and one that raises ConversationStoreError, or a ping that
@@ -30,6 +33,11 @@ from hivemind_chat_agent.errors import ConversationStoreError
 TURN_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 FIRST_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 STORE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+# the `op` label's values: the contract's operations (docs/metrics.md); EVERY_TURN's are asked by
+# every turn, so their series exist from the start
+STORE_OPS = ("begin", "finish", "history", "record", "keep_session", "secret", "claim_turn",
+             "take_over", "turn_record", "unclaim", "ping")
+EVERY_TURN = ("begin", "finish")
 
 
 class NoMetrics:
@@ -43,6 +51,9 @@ class NoMetrics:
 
     def store_call(self, op: str, seconds: float, failed: bool) -> None:
         """A conversation store call `op` took `seconds`; `failed`: the store did not answer."""
+
+    def store_ops_expected(self, ops: Tuple[str, ...]) -> None:
+        """The store calls `ops` will come (a store is timed): their series exist from now."""
 
 
 NO_METRICS = NoMetrics()
@@ -89,11 +100,20 @@ class HubMetrics(NoMetrics):
 
     def store_call(self, op: str, seconds: float, failed: bool) -> None:
         series = self._store_ops.get(op)
-        if series is None:      # its first call (labels() returns one series for one op)
-            series = self._store_ops.setdefault(op, self._store.labels(op))
+        if series is None:
+            series = self._series(op)
         series.observe(seconds)
         if failed:
             self._store_errors.inc()
+
+    def store_ops_expected(self, ops: Tuple[str, ...]) -> None:
+        for op in ops:
+            self._series(op)
+
+    def _series(self, op: str) -> Any:
+        """`op`'s series, made at its first use (labels() returns one series for one op, from
+        whichever thread asks first)."""
+        return self._store_ops.setdefault(op, self._store.labels(op))
 
     def exposition(self, accept: str = "") -> Tuple[bytes, str]:
         """The registry in the text format the scraper's Accept header asks for (Prometheus
@@ -126,6 +146,7 @@ class TimedStore:
         self._metrics = metrics
         self._clock = clock
         self._secret: Optional[bytes] = None
+        metrics.store_ops_expected(EVERY_TURN)
 
     def _timed(self, op: str, method: Callable[..., Any], *args: Any,
                since: Optional[float] = None, **kwargs: Any) -> Any:
