@@ -15,7 +15,6 @@ the metrics do, and `--control` (all four off) shows what is left of that.
 other's slots; the ratio printed last pools every round.
 """
 import argparse
-import http.client
 import os
 import statistics
 import sys
@@ -27,6 +26,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 
+from bench_scrape import scrape  # noqa: E402
 from hubs import HubProcess, free_port, plugin_config  # noqa: E402
 from ovos_utils.log import LOG  # noqa: E402
 from report import Table, cpu_seconds, ms  # noqa: E402
@@ -45,17 +45,13 @@ TABLE = Table((46, 14, 34, 16))
 
 def scraping(port: int, stop: threading.Event, every: float) -> threading.Thread:
     """GET /metrics every `every` s until `stop`, as a Prometheus server scrapes."""
-    def scrape():
+    def scrape_until_stopped():
         while not stop.wait(every):
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
             try:
-                conn.request("GET", "/metrics")
-                conn.getresponse().read()
+                scrape(port)
             except OSError:
                 pass
-            finally:
-                conn.close()
-    thread = threading.Thread(target=scrape, daemon=True)
+    thread = threading.Thread(target=scrape_until_stopped, daemon=True)
     thread.start()
     return thread
 

@@ -34,8 +34,9 @@ FORMATS = (("Prometheus text", ""),
            ("OpenMetrics", "application/openmetrics-text;version=1.0.0,text/plain;q=0.5"))
 
 
-def scrape(port: int, accept: str) -> int:
-    """One GET /metrics on a new connection, as a scraper makes it; the body's length."""
+def scrape(port: int, accept: str = "") -> int:
+    """One GET /metrics on a new connection, as a scraper makes it; the body's length
+    (bench_metrics scrapes with it too)."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
     try:
         conn.request("GET", "/metrics", headers={"Accept": accept} if accept else {})

@@ -23,7 +23,7 @@ import threading
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import hub_venvs  # noqa: E402
-from spawned import record  # noqa: E402
+from spawned import record, stop  # noqa: E402
 
 # what the stock 4.0 plugin's races leave in a hub log: tornado's iostream AssertionError and
 # "Uncaught exception" (frames written off the IO loop), "dictionary changed size" (the client
@@ -173,13 +173,7 @@ class StockOVOSHub:
     def cleanup(self):
         self.hub.cleanup()
         for proc, log in reversed(self.procs):
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-                try:
-                    proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait(10)
+            stop(proc, group=True)       # the process group: SIGTERM, SIGKILL 10 s later
             log.close()
         self.procs = []
 
