@@ -39,7 +39,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import hub_venvs  # noqa: E402
 from ports import free_port  # noqa: E402
-from spawned import record  # noqa: E402
+from spawned import record, stop_all  # noqa: E402
 from waiting import wait_until  # noqa: E402
 
 GENERATIONS = ("4.0", "5")
@@ -406,15 +406,10 @@ class OVOSHub:
         return os.path.getsize(self.log_path(name))
 
     def cleanup(self):
-        for proc, _log in reversed(list(self.procs.values())):
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)   # ovos-core may ignore it for 15 s+
-        for proc, log in self.procs.values():
-            try:
-                proc.wait(5)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(10)
+        # ovos-core may ignore SIGTERM for 15 s and more: killed 5 s after it
+        stop_all([proc for proc, _log in reversed(list(self.procs.values()))], group=True,
+                 grace=5.0)
+        for _proc, log in self.procs.values():
             log.close()
         self.procs = {}
         shutil.rmtree(self.home, ignore_errors=True)

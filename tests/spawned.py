@@ -21,15 +21,25 @@ def record(process: subprocess.Popen, where: str, group: bool = False) -> None:
 def stop(process: subprocess.Popen, group: bool = False, grace: float = 10.0) -> None:
     """`process` ended if it runs, and with `group` every live member of its group (one that
     outlived its leader too): terminated, killed if any is still running `grace` s later."""
-    if not running(process, group):
-        return
-    _signal(process, signal.SIGTERM, group)
+    stop_all([process], group, grace)
+
+
+def stop_all(processes: "list[subprocess.Popen]", group: bool = False,
+             grace: float = 10.0) -> None:
+    """Every one of `processes` ended as `stop` ends one, side by side: all terminated first,
+    then whichever still runs `grace` s later killed (one deadline for all: an OVOS stack's
+    services shut down together, where one after the other each could take its own `grace`)."""
+    live = [process for process in processes if running(process, group)]
+    for process in live:
+        _signal(process, signal.SIGTERM, group)
     deadline = time.monotonic() + grace
-    while running(process, group) and time.monotonic() < deadline:
+    while any(running(process, group) for process in live) and time.monotonic() < deadline:
         time.sleep(0.05)
-    if running(process, group):
-        _signal(process, signal.SIGKILL, group)
-    process.wait()
+    for process in live:
+        if running(process, group):
+            _signal(process, signal.SIGKILL, group)
+    for process in live:
+        process.wait()
 
 
 def running(process: subprocess.Popen, group: bool = False) -> bool:

@@ -23,7 +23,7 @@ import threading
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import hub_venvs  # noqa: E402
-from spawned import record, stop  # noqa: E402
+from spawned import record, stop_all  # noqa: E402
 
 # what the stock 4.0 plugin's races leave in a hub log: tornado's iostream AssertionError and
 # "Uncaught exception" (frames written off the IO loop), "dictionary changed size" (the client
@@ -172,8 +172,8 @@ class StockOVOSHub:
 
     def cleanup(self):
         self.hub.cleanup()
-        for proc, log in reversed(self.procs):
-            stop(proc, group=True)       # the process group: SIGTERM, SIGKILL 10 s later
+        stop_all([proc for proc, _log in reversed(self.procs)], group=True)  # SIGKILL 10 s on
+        for _proc, log in self.procs:
             log.close()
         self.procs = []
 

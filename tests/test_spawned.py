@@ -6,9 +6,10 @@ import os
 import signal
 import subprocess
 import sys
-from contextlib import contextmanager
+import time
+from contextlib import ExitStack, contextmanager
 
-from spawned import group_members, running, stop
+from spawned import group_members, running, stop, stop_all
 from waiting import wait_until
 
 CHILD_IGNORING_TERM = ["sh", "-c", "trap '' TERM; sleep 60 & wait"]
@@ -53,3 +54,17 @@ def test_a_member_that_ignores_sigterm_after_its_leader_left_is_found_and_killed
         stop(leader, group=True, grace=0.5)
         assert wait_until(lambda: not group_members(leader.pid))
         assert not running(leader, group=True)
+
+
+def test_groups_stopped_together_share_one_grace():
+    """Three groups whose members ignore SIGTERM: all killed once one grace has passed, not
+    one grace after another (an OVOS stack's services are stopped this way)."""
+    with ExitStack() as stack:
+        leaders = [stack.enter_context(leader_with_a_child(CHILD_IGNORING_TERM))
+                   for _ in range(3)]
+        started = time.monotonic()
+        stop_all(leaders, group=True, grace=1.0)
+        took = time.monotonic() - started
+        assert all(leader.poll() is not None for leader in leaders)
+        assert wait_until(lambda: not any(group_members(leader.pid) for leader in leaders))
+        assert 1.0 <= took < 3.0, took      # one grace; one after another: 3 s at least
