@@ -10,14 +10,19 @@ order on, off, off, on (START_ORDER): where a hub was started moves its CPU a tu
 the metrics do, and `--control` (all four off) shows what is left of that.
 
     python benchmarks/bench_metrics.py [--turns 2000] [--rounds 1] [--scrape-every 1.0] [--control]
+                                       [--store memory|redis]
 
 `--rounds N`: N rounds of four fresh hubs, every other one with the on and off hubs in each
-other's slots; the ratio printed last pools every round.
+other's slots; the ratio printed last pools every round. `--store redis`: all four hubs keep
+their conversations (history_turns 10) on one local redis-server (Debian's, on PATH), the
+deployment of a hub tier, where the store's calls are timed (`hivemind_chat_store_seconds`);
+on the memory store (the default) they are not (hub/metrics.py).
 """
 import argparse
 import os
 import statistics
 import sys
+import tempfile
 import threading
 import time
 from typing import Dict, List, Tuple
@@ -30,6 +35,7 @@ from bench_scrape import scrape  # noqa: E402
 from hubs import HubProcess, free_port, plugin_config  # noqa: E402
 from ovos_utils.log import LOG  # noqa: E402
 from report import Table, cpu_seconds, ms  # noqa: E402
+from servers import RedisServer  # noqa: E402
 
 from hivemind_chat_agent import HiveMindChatAgent  # noqa: E402
 
@@ -67,13 +73,28 @@ def main():
     parser.add_argument("--control", action="store_true",
                         help="all four hubs with metrics off: what the figure is with nothing "
                              "to measure (the hubs' positions and the machine's noise)")
+    parser.add_argument("--store", choices=("memory", "redis"), default="memory",
+                        help="the hubs' conversation store: memory, or one local redis-server "
+                             "with history_turns 10")
     args = parser.parse_args()
+    redis = RedisServer(tempfile.mkdtemp(prefix="bench-redis-")).start() \
+        if args.store == "redis" else None
+    try:
+        measure(args, {} if redis is None else {"conversation_store": redis.url,
+                                                "history_turns": 10})
+    finally:
+        if redis is not None:
+            redis.stop()
+
+
+def measure(args, store: Dict[str, object]) -> None:
+    """The rounds, and the table: `store` is the hubs' store settings."""
     used: Dict[str, List[float]] = {"on": [], "off": []}
     times: Dict[str, List[float]] = {"on": [], "off": []}
     TABLE.header()
     for number in range(args.rounds):
         order = START_ORDER if number % 2 == 0 else SWAPPED_ORDER
-        round_used, round_times = one_round(args, order)
+        round_used, round_times = one_round(args, order, store)
         for name, seconds in round_used.items():
             used[name[:-2]].append(seconds)
             times[name[:-2]] += round_times[name]
@@ -89,17 +110,18 @@ def main():
     print(TABLE._line("  turn latency, median", ms(statistics.median(times["on"])),
                       f"off {ms(statistics.median(times['off']))}, "
                       f"load {os.getloadavg()[0]:.1f}", "(not graded)", "-"))
-    print(f"ratio {on / off:.3f}x" + ("; --control: all four hubs had metrics off"
-                                      if args.control else ""))
+    print(f"ratio {on / off:.3f}x, {args.store} store" + (
+        "; --control: all four hubs had metrics off" if args.control else ""))
 
 
-def one_round(args, order) -> Tuple[Dict[str, float], Dict[str, List[float]]]:
-    """Four hubs started in `order`, `args.turns` turns to each in a rotating order: each
-    hub's CPU seconds per turn and its turns' latencies, by hub name."""
+def one_round(args, order, store) -> Tuple[Dict[str, float], Dict[str, List[float]]]:
+    """Four hubs started in `order` with the store settings `store`, `args.turns` turns to
+    each in a rotating order: each hub's CPU seconds per turn and its turns' latencies, by hub
+    name."""
     ports = {name: free_port() for name in ("on-a", "on-b")}
     measured = () if args.control else ports
-    hubs = {name: HubProcess(plugin_config(**({"health": f"127.0.0.1:{ports[name]}"}
-                                              if name in measured else {}))).start()
+    hubs = {name: HubProcess(plugin_config(**store, **({"health": f"127.0.0.1:{ports[name]}"}
+                                                       if name in measured else {}))).start()
             for name in order}
     agents, stop = {}, threading.Event()
     try:

@@ -20,7 +20,8 @@ which every turn asks, are made when the store is wrapped (`TimedStore`), so tha
 `rate()` counts the first turn's (a series that appears at 1 has no earlier sample to count
 from); a rare operation's first call is seen as its series appearing (docs/metrics.md).
 
-`TimedStore` wraps the conversation store: each call of the contract is timed under its name
+`TimedStore` wraps a shared conversation store (Redis; the memory store is not timed, see
+hub/protocol.py): each call of the contract is timed under its name
 (`hivemind_chat_store_seconds{op}`), and one that raises ConversationStoreError, or a ping that
 finds the store silent, counts in `hivemind_chat_store_errors_total`.
 """

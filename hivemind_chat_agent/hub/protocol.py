@@ -152,15 +152,18 @@ class ChatAgentProtocol(AgentProtocol):
                           in_flight=lambda: len(self.open_turns))
 
     def _open_store(self) -> ConversationStore:
-        """The conversation store the settings name, bounded per client, its operations timed
-        on the metrics when the health endpoint is on."""
+        """The conversation store the settings name, bounded per client; with the health
+        endpoint on, a shared store's operations timed on the metrics (Redis: round trips that
+        can be slow or fail). The memory store's are not: dictionary operations in this
+        process, which cannot fail, where timing them cost 1.4 % of a turn's CPU
+        (docs/performance.md)."""
         store = open_store(self.settings.conversation_store, self.settings.history_turns,
                            self.settings.history_bytes, self.settings.session_ttl,
                            data_home=lambda: str(xdg_data_home()),   # beside core's db
                            max_sessions_per_client=self.settings.max_sessions_per_client,
                            max_turn_records_per_client=self.settings.max_turn_records_per_client,
                            durable=self.settings.store_durable)
-        if self.settings.health:
+        if self.settings.health and store.shared:
             store = TimedStore(store, self.metrics)
         return store
 
