@@ -3,7 +3,8 @@ primary, a replica and three sentinels (tests/sentinels.py); the primary killed 
 conversations go on. What was replicated before the kill is still there after the promotion,
 every call during the failover ends within the store's timeouts (answered or
 ConversationStoreError, none hangs), and the conversations then continue by themselves, first
-through RedisStore itself, then through a genuine 5.x hub and our client."""
+through RedisStore itself, then through a genuine 5.x hub and our client: with the kill
+between turns, and with ten conversations taking turns on threads of their own as it lands."""
 import time
 
 import pytest
@@ -116,3 +117,68 @@ def test_conversations_through_a_hub_continue_with_their_history_after_the_failo
             agent.shutdown()
     finally:
         hub.cleanup()
+
+
+def test_turns_in_flight_when_the_primary_dies_end_and_every_conversation_goes_on(sentinel):
+    """The issue's case as it happens: ten conversations keep taking turns, each on its own
+    thread, while the primary is killed. Every turn ends within its timeout (answered, or
+    failed naming the store; none hangs), and each conversation is answered again after the
+    kill with what it said before it."""
+    import threading
+
+    from replicas import replica
+
+    from hivemind_chat_agent import HiveMindChatAgent
+    hub = replica(sentinel.url).start()
+    names = ["Ada", "Bob", "Cy", "Dee", "Eve", "Fay", "Gus", "Hal", "Ivy", "Jo"][:CONVERSATIONS]
+    turns = {name: [] for name in names}     # (started, took, answer or error text)
+    stop, threads = threading.Event(), []
+    try:
+        agent = HiveMindChatAgent(hub.add_client(name="sentinel-load").agent_config(timeout=20))
+
+        def converse(name):
+            session = f"room-{name}"
+            while not stop.is_set():
+                started = time.monotonic()
+                try:
+                    answer = agent.get_response("what is my name", session_id=session)
+                except HiveMindChatError as e:
+                    answer = f"failed: {e}"
+                turns[name].append((started, time.monotonic() - started, answer))
+                if answer.startswith("failed"):
+                    time.sleep(PACE)
+        try:
+            for name in names:
+                assert name in agent.get_response(f"my name is {name}",
+                                                  session_id=f"room-{name}")
+            assert wait_until(sentinel.in_sync, 10)
+            threads += [threading.Thread(target=converse, args=(n,), daemon=True)
+                        for n in names]
+            for thread in threads:
+                thread.start()
+            assert wait_until(lambda: all(len(t) >= 3 for t in turns.values()), 60)
+            killed = time.monotonic()
+            sentinel.primary.kill()
+
+            def answered_since_kill(name):
+                return any(s > killed and not a.startswith("failed") for s, _, a in turns[name])
+            assert wait_until(lambda: all(map(answered_since_kill, names)), FAILOVER_BOUND), \
+                {n: turns[n][-1] for n in names}
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join(30)
+            agent.shutdown()
+    finally:
+        hub.cleanup()
+    failed = 0
+    for name, taken in turns.items():
+        for _started, took, answer in taken:
+            assert took < 25, (name, took, answer)          # the turn's timeout, never a hang
+            if answer.startswith("failed"):
+                failed += 1
+                assert "store" in answer.lower(), (name, answer)
+            else:
+                assert answer == f"Your name is {name}.", (name, answer)
+    print(f"{sum(map(len, turns.values()))} turns, {failed} failed with the store while it "
+          f"failed over; every conversation answered again with its name")
