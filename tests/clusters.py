@@ -87,6 +87,22 @@ class RedisClusterSet:
                 client.close()
         return True
 
+    def in_sync(self) -> bool:
+        """Every primary's replicas have all it has written (their offsets at its own): what
+        was answered so far survives a primary's failover."""
+        for node in self.primaries():
+            client = node.client()
+            try:
+                info = client.info("replication")
+                offsets = [v.get("offset", -1) for k, v in info.items()
+                           if k.startswith("slave") and isinstance(v, dict)]
+                if len(offsets) < self.replicas or \
+                        min(offsets, default=0) < info["master_repl_offset"]:
+                    return False
+            finally:
+                client.close()
+        return True
+
     def node_of(self, key: str) -> int:
         """The port of the primary serving `key`'s slot now."""
         for node in self.nodes:

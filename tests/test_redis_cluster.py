@@ -1,8 +1,8 @@
 """The conversation store on a genuine Redis Cluster (tests/clusters.py: Debian's redis-server
 with --cluster-enabled, joined by redis-cli --cluster create): conversations of clients whose
 keys land on different nodes, every call within one slot (no node ever answers CROSSSLOT), a
-primary's failover to its replica, and two genuine 5.x hubs behind haproxy sharing the
-cluster."""
+primary's failover to its replica (through the plugin, and through a genuine 5.x hub and our
+client), and two genuine 5.x hubs behind haproxy sharing the cluster."""
 import json
 import time
 
@@ -224,6 +224,49 @@ def test_a_conversation_through_the_plugin_survives_its_primarys_failover(replic
               f"after the kill, {failed} turns store_unavailable meanwhile")
     finally:
         second.close()
+
+
+def test_a_genuine_hub_answers_from_the_history_after_its_primarys_failover(
+        replicated_cluster):
+    """A genuine 5.x hub on the cluster, our client over its websocket: the primary holding
+    the client's conversation gets kill -9 once its replica has caught up; its turns end with
+    the store's failure (never a hang) until the replica is promoted, then answer from the
+    history. (With `store_durable` they would keep failing after the promotion, rightly: the
+    promoted replica has no replica of its own to acknowledge a write.)"""
+    from replicas import replica
+
+    from hivemind_chat_agent import HiveMindChatAgent
+    from hivemind_chat_agent.errors import HiveMindChatError
+    hub = replica(replicated_cluster.url).start()
+    try:
+        agent = HiveMindChatAgent(hub.add_client(name="cluster").agent_config(timeout=20))
+        try:
+            assert "Ada" in agent.get_response("my name is Ada", session_id="kitchen")
+            assert wait_until(replicated_cluster.in_sync, 10)
+            shared = SharedRedis(replicated_cluster.url, replicated_cluster)
+            [history_key] = [k for k in shared.stored() if ":history:" in k]
+            shared.close()
+            port = replicated_cluster.node_of(history_key)
+            [node] = [n for n in replicated_cluster.nodes if n.port == port]
+            node.kill()
+            failed, killed, answer = 0, time.monotonic(), None
+            while answer is None and time.monotonic() - killed < FAILOVER_BOUND:
+                started = time.monotonic()
+                try:
+                    answer = agent.get_response("what is my name", session_id="kitchen")
+                except HiveMindChatError as e:
+                    assert "store" in str(e).lower(), e
+                    failed += 1
+                    time.sleep(0.2)
+                assert time.monotonic() - started < 25      # the turn's timeout, never more
+            assert answer == "Your name is Ada.", answer
+            assert replicated_cluster.node_of(history_key) != port
+            print(f"a genuine hub answered from the history {time.monotonic() - killed:.1f} s "
+                  f"after the kill; {failed} turns failed with the store meanwhile")
+        finally:
+            agent.shutdown()
+    finally:
+        hub.cleanup()
 
 
 def test_the_store_is_not_ready_while_the_cluster_serves_no_longer_every_slot(tmp_path):
