@@ -87,6 +87,14 @@ def test_health_is_off_unless_set_and_loopback_unless_the_operator_says_who():
     assert not allow.allows("127.0.0.1")     # a named list is the whole list
 
 
+def test_a_drain_gives_running_turns_20_seconds_unless_the_operator_says_otherwise():
+    """The issue's default, and the operator's own value (docs/scale-out.md)."""
+    assert HubSettings.from_dict({"engine": "x"}).drain_timeout == 20.0
+    assert HubSettings.from_dict({"engine": "x", "drain_timeout": 5}).drain_timeout == 5.0
+    with pytest.raises(ConfigurationError, match="drain_timeout"):
+        HubSettings.from_dict({"engine": "x", "drain_timeout": -1})
+
+
 def test_health_without_the_metrics_extra_names_it(monkeypatch):
     import importlib.util
 
