@@ -75,33 +75,30 @@ class RedisClusterSet:
 
     def replicated(self) -> bool:
         """Every primary has its `replicas` online (synced: WAIT can count them)."""
-        for node in self.primaries():
-            client = node.client()
-            try:
-                info = client.info("replication")
-                online = [v for k, v in info.items() if k.startswith("slave")
-                          and isinstance(v, dict) and v.get("state") == "online"]
-                if len(online) < self.replicas:
-                    return False
-            finally:
-                client.close()
-        return True
+        return all(len([r for r in self._replication(node)[0] if r.get("state") == "online"])
+                   >= self.replicas for node in self.primaries())
 
     def in_sync(self) -> bool:
         """Every primary's replicas have all it has written (their offsets at its own): what
         was answered so far survives a primary's failover."""
         for node in self.primaries():
-            client = node.client()
-            try:
-                info = client.info("replication")
-                offsets = [v.get("offset", -1) for k, v in info.items()
-                           if k.startswith("slave") and isinstance(v, dict)]
-                if len(offsets) < self.replicas or \
-                        min(offsets, default=0) < info["master_repl_offset"]:
-                    return False
-            finally:
-                client.close()
+            replicas, written = self._replication(node)
+            if len(replicas) < self.replicas or \
+                    min((r.get("offset", -1) for r in replicas), default=0) < written:
+                return False
         return True
+
+    @staticmethod
+    def _replication(node: ClusterNodeServer) -> "tuple[List[dict], int]":
+        """Primary `node`'s INFO replication: its replicas (state, offset ...) and its own
+        offset."""
+        client = node.client()
+        try:
+            info = client.info("replication")
+        finally:
+            client.close()
+        replicas = [v for k, v in info.items() if k.startswith("slave") and isinstance(v, dict)]
+        return replicas, int(info["master_repl_offset"])
 
     def node_of(self, key: str) -> int:
         """The port of the primary serving `key`'s slot now."""
@@ -117,6 +114,13 @@ class RedisClusterSet:
             finally:
                 client.close()
         raise RuntimeError("no node answered")
+
+    def kill_primary_of(self, key: str) -> int:
+        """kill -9 of the primary serving `key`'s slot; its port."""
+        port = self.node_of(key)
+        [node] = [n for n in self.nodes if n.port == port]
+        node.kill()
+        return port
 
     def errors(self) -> Dict[int, Dict[str, dict]]:
         """Each running node's INFO errorstats ({port: {"errorstat_CROSSSLOT": {"count": n}}}):

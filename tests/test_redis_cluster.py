@@ -41,6 +41,15 @@ def keys_on_three_nodes(cluster: RedisClusterSet, secret: bytes):
     raise AssertionError("no three keys on three nodes")
 
 
+def kill_the_conversations_primary(cluster: RedisClusterSet):
+    """kill -9 of the primary holding the one conversation stored: its history key and that
+    primary's port."""
+    shared = SharedRedis(cluster.url, cluster)
+    [history_key] = [k for k in shared.stored() if ":history:" in k]
+    shared.close()
+    return history_key, cluster.kill_primary_of(history_key)
+
+
 @pytest.fixture
 def cluster_shared(redis_cluster):
     shared = SharedRedis(redis_cluster.url, redis_cluster)
@@ -131,9 +140,7 @@ def test_a_primarys_failover_loses_no_durable_exchange_and_the_conversation_cont
         for i in range(5):
             kept.append(Exchange(f"before {i}", "answered", ANSWERED))
             durable.record(session, kept[-1])
-        port = replicated_cluster.node_of(prefixer(True)(session))
-        [node] = [n for n in replicated_cluster.nodes if n.port == port]
-        node.kill()
+        port = replicated_cluster.kill_primary_of(prefixer(True)(session))
         failed, slowest, answered_at = 0, 0.0, None
         killed = time.monotonic()
         while answered_at is None and time.monotonic() - killed < FAILOVER_BOUND:
@@ -201,12 +208,7 @@ def test_a_conversation_through_the_plugin_survives_its_primarys_failover(replic
         assert first.ask("hello", turn_id="t-2") == ["hello there"]
     finally:
         first.close()
-    shared = SharedRedis(replicated_cluster.url, replicated_cluster)
-    [history_key] = [k for k in shared.stored() if ":history:" in k]
-    shared.close()
-    port = replicated_cluster.node_of(history_key)
-    [node] = [n for n in replicated_cluster.nodes if n.port == port]
-    node.kill()
+    kill_the_conversations_primary(replicated_cluster)
     second = Replica(replicated_cluster.url, tmp_path, Satellite())
     try:
         failed, killed, replies = 0, time.monotonic(), None
@@ -243,12 +245,7 @@ def test_a_genuine_hub_answers_from_the_history_after_its_primarys_failover(
         try:
             assert "Ada" in agent.get_response("my name is Ada", session_id="kitchen")
             assert wait_until(replicated_cluster.in_sync, 10)
-            shared = SharedRedis(replicated_cluster.url, replicated_cluster)
-            [history_key] = [k for k in shared.stored() if ":history:" in k]
-            shared.close()
-            port = replicated_cluster.node_of(history_key)
-            [node] = [n for n in replicated_cluster.nodes if n.port == port]
-            node.kill()
+            history_key, port = kill_the_conversations_primary(replicated_cluster)
             failed, killed, answer = 0, time.monotonic(), None
             while answer is None and time.monotonic() - killed < FAILOVER_BOUND:
                 started = time.monotonic()

@@ -21,6 +21,7 @@ CONVERSATIONS = 10
 FAILOVER_BOUND = 90.0     # seconds for the promotion on a loaded machine (about 2-5 s idle)
 CALL_BOUND = 4 * REDIS_TIMEOUT + 2   # connect, sentinel lookups, the command: never a hang
 PACE = 0.2                # seconds between a caller's rounds once the store has failed
+NAMES = ["Ada", "Bob", "Cy", "Dee", "Eve", "Fay", "Gus", "Hal", "Ivy", "Jo"][:CONVERSATIONS]
 
 
 @pytest.fixture
@@ -89,8 +90,7 @@ def test_conversations_through_a_hub_continue_with_their_history_after_the_failo
     try:
         creds = hub.add_client(name="sentinel")
         agent = HiveMindChatAgent(creds.agent_config(timeout=20))
-        names = {f"room-{i}": name for i, name in enumerate(
-            ["Ada", "Bob", "Cy", "Dee", "Eve", "Fay", "Gus", "Hal", "Ivy", "Jo"][:CONVERSATIONS])}
+        names = {f"room-{i}": name for i, name in enumerate(NAMES)}
         try:
             for session, name in names.items():
                 assert name in agent.get_response(f"my name is {name}", session_id=session)
@@ -130,7 +130,7 @@ def test_turns_in_flight_when_the_primary_dies_end_and_every_conversation_goes_o
 
     from hivemind_chat_agent import HiveMindChatAgent
     hub = replica(sentinel.url).start()
-    names = ["Ada", "Bob", "Cy", "Dee", "Eve", "Fay", "Gus", "Hal", "Ivy", "Jo"][:CONVERSATIONS]
+    names = NAMES
     turns = {name: [] for name in names}     # (started, took, answer or error text)
     stop, threads = threading.Event(), []
     try:
