@@ -1,7 +1,8 @@
 """The replica deployment of docs/scale-out.md, for tests and benchmarks: a real redis-server,
-genuine hivemind-core 5.x hubs from config/server-replica.json sharing it, a real haproxy from
-config/haproxy.cfg in front, the hub identity cloned from the first replica, and one client
-registered on every replica."""
+genuine hivemind-core 5.x hubs from config/server-replica-shared-db.json sharing it (the
+conversations in its db 0, hivemind-core's clients in db 1 through hivemind-redis-database), a
+real haproxy from config/haproxy.cfg in front, the hub identity cloned from the first replica,
+and one client registered once, with the first replica's own CLI."""
 import json
 import os
 import shutil
@@ -13,16 +14,25 @@ from servers import HAProxy, RedisServer
 CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "config")
 
 
-def replica(store_url: str, **knobs) -> HubProcess:
-    """A replica from config/server-replica.json on `store_url`, its health endpoint on a free
-    loopback port (`health_port`, what haproxy checks)."""
-    with open(os.path.join(CONFIG, "server-replica.json")) as f:
+def replica(store_url: str, clients: Optional[RedisServer] = None, **knobs) -> HubProcess:
+    """A replica on `store_url`, its health endpoint on a free loopback port (`health_port`,
+    what haproxy checks). `clients`: the Redis whose db 1 holds the client database every
+    replica shares (config/server-replica-shared-db.json, run from the cached venv
+    redis-db-hub-5); None: a sqlite client database of its own (config/server-replica.json),
+    for a lone hub or to show what separate databases do. `shared_clients` says which."""
+    name = "server-replica-shared-db.json" if clients else "server-replica.json"
+    with open(os.path.join(CONFIG, name)) as f:
         config = json.load(f)
     health_port = free_port()
     config["agent_protocol"]["hivemind-chat-agent-plugin"].update(
         conversation_store=store_url, health=f"127.0.0.1:{health_port}", **knobs)
-    hub = HubProcess(server_config=config, generation="5")
+    if clients:
+        config["database"]["hivemind-redis-db-plugin"].update(host="127.0.0.1",
+                                                              port=clients.port)
+    hub = HubProcess(server_config=config, generation="5",
+                     venv="redis-db-hub-5" if clients else None)
     hub.health_port = health_port
+    hub.shared_clients = clients is not None
     return hub
 
 
@@ -42,14 +52,16 @@ def clone_identity(source: HubProcess, target: HubProcess) -> None:
 class ReplicaSet:
     """`start()` runs Redis, haproxy and the first replica and registers the client there;
     `add_replica()` clones the identity (the first replica's Noise key exists after its first
-    handshake, so call it after one turn), starts another replica and registers the client."""
+    handshake, so call it after one turn) and starts another replica, which knows the client
+    from the shared database (a replica with a database of its own gets it registered too)."""
 
     def __init__(self, directory: str, replicas: int = 2, hub=None, **knobs):
-        """`hub(store_url)` makes each replica (default: config/server-replica.json with
-        `knobs` in the plugin's config)."""
+        """`hub(store_url, clients)` makes each replica (default: `replica` with the shared
+        client database in this set's Redis and `knobs` in the plugin's config)."""
         self.redis = RedisServer(os.path.join(directory, "redis"))
-        make = hub or (lambda url: replica(url, **knobs))
-        self.hubs: List[HubProcess] = [make(self.redis.url) for _ in range(replicas)]
+        make = hub or (lambda url, clients: replica(url, clients, **knobs))
+        self.hubs: List[HubProcess] = [make(self.redis.url, self.redis)
+                                       for _ in range(replicas)]
         checks = [getattr(h, "health_port", None) for h in self.hubs]
         self.proxy = HAProxy(os.path.join(directory, "haproxy"),
                              os.path.join(CONFIG, "haproxy.cfg"), [h.port for h in self.hubs],
@@ -75,7 +87,8 @@ class ReplicaSet:
         hub = self.hubs[len(self.running)]
         clone_identity(self.hubs[0], hub)
         hub.start()
-        hub.add_client(name="replicated", key=self.key, password=self.password)
+        if not getattr(hub, "shared_clients", False):
+            hub.add_client(name="replicated", key=self.key, password=self.password)
         self.running.append(hub)
         self.wait_up(hub)
         return hub

@@ -135,7 +135,8 @@ def test_haproxy_sends_no_new_satellite_to_the_replica_whose_readyz_fails(tmp_pa
     `option httpchk GET /readyz`, and every new connection goes to hub1."""
     own = RedisServer(str(tmp_path / "redis2")).start()
     stores = iter([None, own.url])
-    deployment = ReplicaSet(str(tmp_path), hub=lambda url: replica(next(stores) or url))
+    deployment = ReplicaSet(str(tmp_path),
+                            hub=lambda url, clients: replica(next(stores) or url, clients))
     agents = []
     try:
         deployment.start()

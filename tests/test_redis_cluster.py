@@ -175,7 +175,8 @@ def test_two_genuine_hubs_behind_haproxy_share_a_conversation_on_the_cluster(red
     from replicas import ReplicaSet, replica
 
     from hivemind_chat_agent import HiveMindChatAgent
-    deployment = ReplicaSet(str(tmp_path), hub=lambda _url: replica(redis_cluster.url)).start()
+    deployment = ReplicaSet(str(tmp_path),
+                            hub=lambda _url, clients: replica(redis_cluster.url, clients)).start()
     try:
         agent = HiveMindChatAgent(deployment.agent_config(timeout=20))
         try:

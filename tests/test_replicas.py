@@ -178,7 +178,8 @@ def test_a_turn_whose_connection_haproxy_cut_is_answered_once_and_kept_once(scri
 def pipeline_replicas(tmp_path):
     """Hubs answering as OVOS does (tests/pipeline_agent.py), which keep no turn records."""
     from hubs import HubProcess
-    replicas = ReplicaSet(str(tmp_path), hub=lambda url: HubProcess(generation="5")).start()
+    replicas = ReplicaSet(str(tmp_path), hub=lambda _url, _clients: HubProcess(generation="5"))
+    replicas.start()
     yield replicas
     replicas.stop()
 
@@ -196,16 +197,16 @@ def test_a_turn_lost_on_a_hub_without_turn_records_is_never_sent_again(pipeline_
 
 
 def test_a_host_list_of_hubs_with_keys_of_their_own_continues_the_conversation(tmp_path):
-    """No haproxy: `host` lists two hubs sharing the Redis store, each with its own identity.
+    """No haproxy: `host` lists two hubs sharing the Redis store and client database, each with
+    its own identity.
     The client pins each hub's key under its own address, so the second is accepted when the
     first dies; the conversation continues there, and a turn in flight is sent again."""
     from replicas import replica
     from servers import RedisServer
     redis = RedisServer(str(tmp_path / "redis")).start()
-    first, second = replica(redis.url).start(), replica(redis.url).start()
+    first, second = replica(redis.url, redis).start(), replica(redis.url, redis).start()
     try:
-        creds = first.add_client(name="listed")
-        second.add_client(name="listed", key=creds.key, password=creds.password)
+        creds = first.add_client(name="listed")      # once: the client database is shared
         agent = HiveMindChatAgent({"host": [f"ws://127.0.0.1:{first.port}",
                                             f"ws://127.0.0.1:{second.port}"],
                                    "key": creds.key, "password": creds.password,
