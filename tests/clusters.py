@@ -3,7 +3,7 @@ replicas of each) with `--cluster-enabled yes`, each on a free loopback port in 
 its own, joined by `redis-cli --cluster create ... --cluster-yes`, stopped by their PIDs."""
 import os
 import subprocess
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import redis
 import redis.cluster
@@ -16,13 +16,16 @@ NODE_TIMEOUT_MS = 1000    # a primary silent this long is failed over to its rep
 
 class ClusterNodeServer(RedisServer):
     """A cluster node; its bus on a free port of its own (the default, its port + 10000, may
-    be taken or beyond 65535)."""
+    be taken or beyond 65535). `tls`: (CA file, certificate, key): TLS on `tls_port` and on
+    the cluster bus (a client on TLS is told the nodes' TLS ports; the plain port, kept for
+    the tests' probes, tells the plain ones)."""
 
-    def __init__(self, directory: str):
-        super().__init__(directory, extra=(
+    def __init__(self, directory: str, tls: "Optional[tuple[str, str, str]]" = None):
+        super().__init__(directory, tls=tls, extra=(
             "--cluster-enabled", "yes", "--cluster-node-timeout", str(NODE_TIMEOUT_MS),
             "--cluster-port", str(free_port()),
-            "--cluster-config-file", os.path.join(directory, "nodes.conf")))
+            "--cluster-config-file", os.path.join(directory, "nodes.conf"),
+            *(("--tls-cluster", "yes") if tls else ())))
 
     def client(self) -> redis.Redis:
         return redis.Redis(port=self.port, socket_timeout=2, decode_responses=True)
@@ -33,21 +36,29 @@ class RedisClusterSet:
     `cluster_state:ok`; `url` is the conversation_store URL (two of the nodes: the client
     finds the rest)."""
 
-    def __init__(self, directory: str, masters: int = 3, replicas: int = 0):
+    def __init__(self, directory: str, masters: int = 3, replicas: int = 0,
+                 tls: "Optional[tuple[str, str, str]]" = None):
+        """`tls`: every node on TLS too (ClusterNodeServer), and `url` the rediss+cluster://
+        one trusting that CA."""
         self.replicas = replicas
-        self.nodes = [ClusterNodeServer(os.path.join(directory, f"node-{i}"))
+        self.tls = tls
+        self.nodes = [ClusterNodeServer(os.path.join(directory, f"node-{i}"), tls)
                       for i in range(masters * (1 + replicas))]
 
     @property
     def url(self) -> str:
+        if self.tls:
+            return "rediss+cluster://" + ",".join(
+                f"127.0.0.1:{n.tls_port}" for n in self.nodes[:2]) + f"?ssl_ca_certs={self.tls[0]}"
         return "redis+cluster://" + ",".join(f"127.0.0.1:{n.port}" for n in self.nodes[:2])
 
     def start(self) -> "RedisClusterSet":
+        tls = ("--tls", "--cacert", self.tls[0]) if self.tls else ()
         try:
             for node in self.nodes:
                 node.start()
-            subprocess.run([need("redis-cli"), "--cluster", "create",
-                            *[f"127.0.0.1:{n.port}" for n in self.nodes],
+            subprocess.run([need("redis-cli"), *tls, "--cluster", "create",
+                            *[f"127.0.0.1:{n.tls_port or n.port}" for n in self.nodes],
                             "--cluster-replicas", str(self.replicas), "--cluster-yes"],
                            check=True, capture_output=True, timeout=60)
             assert wait_until(self.ok, 60), "the cluster never said cluster_state:ok"

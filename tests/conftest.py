@@ -168,6 +168,16 @@ def warnings_of_ours(monkeypatch):
     return records
 
 
+@pytest.fixture
+def redis_tls(tmp_path):
+    """(CA file, certificate, key) for Redis servers on 127.0.0.1: a CA made for this test
+    (tests/test_tls.py's `issue`) and a certificate it signed for that address."""
+    from test_tls import issue
+    ca = issue(str(tmp_path / "pki"), "ca", ca=True)
+    cert = issue(str(tmp_path / "pki"), "redis", ips=["127.0.0.1"], issuer=ca)
+    return ca.cert_path, cert.cert_path, cert.key_path
+
+
 @pytest.fixture(scope="session")
 def redis_cluster(tmp_path_factory):
     """A Redis Cluster of three primaries (tests/clusters.py) for the run's store tests, each

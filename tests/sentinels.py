@@ -7,7 +7,7 @@ from typing import List, Optional, Tuple
 
 import redis
 from hubs import free_port
-from servers import RedisServer, ServerProcess, need
+from servers import RedisServer, ServerProcess, need, tls_arguments
 from waiting import wait_until
 
 SERVICE = "hub"
@@ -15,9 +15,15 @@ DOWN_AFTER_MS = 1000
 
 
 class SentinelProcess(ServerProcess):
-    def __init__(self, directory: str, primary_port: int):
+    """`tls`: (CA file, certificate, key): the sentinel serves TLS on `tls_port` too and
+    watches the Redis over TLS (`primary_port` is then the primary's TLS port)."""
+
+    def __init__(self, directory: str, primary_port: int,
+                 tls: "Optional[tuple[str, str, str]]" = None):
         self.directory = directory
         self.port = free_port()
+        self.tls_port = free_port() if tls else None
+        self.tls = tls
         self.primary_port = primary_port
         self.process = None
 
@@ -30,6 +36,10 @@ class SentinelProcess(ServerProcess):
                     f"sentinel down-after-milliseconds {SERVICE} {DOWN_AFTER_MS}\n"
                     f"sentinel failover-timeout {SERVICE} 10000\n"
                     f"sentinel parallel-syncs {SERVICE} 1\n")
+            if self.tls:      # the same options as redis-server's, written as a config file
+                options = tls_arguments(self.tls, self.tls_port)
+                f.writelines(f"{name[2:]} {value}\n"
+                             for name, value in zip(options[::2], options[1::2], strict=True))
         self.spawn([need("redis-server"), conf, "--sentinel"], "sentinel.log",
                    self.answers_as_redis)
         return self
@@ -43,15 +53,22 @@ class SentinelSet:
     """`start()`: the primary, its replica (in sync) and three sentinels that see both and
     each other; `url` is the conversation_store URL our hubs take."""
 
-    def __init__(self, directory: str):
-        self.primary = RedisServer(os.path.join(directory, "primary"))
-        self.replica = RedisServer(os.path.join(directory, "replica"),
-                                   extra=("--replicaof", "127.0.0.1", str(self.primary.port)))
+    def __init__(self, directory: str, tls: "Optional[tuple[str, str, str]]" = None):
+        """`tls`: (CA file, certificate, key): every server also on TLS, replication and the
+        sentinels' watch over TLS, and `url` the rediss+sentinel:// one trusting that CA."""
+        self.tls = tls
+        self.primary = RedisServer(os.path.join(directory, "primary"), tls=tls)
+        primary_port = self.primary.tls_port or self.primary.port
+        self.replica = RedisServer(os.path.join(directory, "replica"), tls=tls,
+                                   extra=("--replicaof", "127.0.0.1", str(primary_port)))
         self.sentinels = [SentinelProcess(os.path.join(directory, f"sentinel-{i}"),
-                                          self.primary.port) for i in range(3)]
+                                          primary_port, tls) for i in range(3)]
 
     @property
     def url(self) -> str:
+        if self.tls:
+            hosts = ",".join(f"127.0.0.1:{s.tls_port}" for s in self.sentinels)
+            return f"rediss+sentinel://{hosts}/{SERVICE}/0?ssl_ca_certs={self.tls[0]}"
         hosts = ",".join(f"127.0.0.1:{s.port}" for s in self.sentinels)
         return f"redis+sentinel://{hosts}/{SERVICE}/0"
 

@@ -87,11 +87,13 @@ class RedisServer(ServerProcess):
     as a Redis that goes down and comes back does."""
 
     def __init__(self, directory: str, port: Optional[int] = None,
-                 extra: "tuple[str, ...]" = ()):
-        """`extra`: more redis-server options (`("--replicaof", "127.0.0.1", "6379")`)."""
+                 extra: "tuple[str, ...]" = (), tls: "Optional[tuple[str, str, str]]" = None):
+        """`extra`: more redis-server options (`("--replicaof", "127.0.0.1", "6379")`).
+        `tls`: (CA file, certificate, key): TLS on `tls_port` too, replication over TLS."""
         self.directory = directory
         self.port = port or free_port()
-        self.extra = tuple(extra)
+        self.tls_port = free_port() if tls else None
+        self.extra = tuple(extra) + (tls_arguments(tls, self.tls_port) if tls else ())
         self.process: Optional[subprocess.Popen] = None
 
     @property
@@ -103,6 +105,16 @@ class RedisServer(ServerProcess):
                     "--save", "", "--appendonly", "no", "--dir", self.directory, *self.extra],
                    "redis.log", self.answers_as_redis)
         return self
+
+
+def tls_arguments(tls: "tuple[str, str, str]", port: Optional[int]) -> "tuple[str, ...]":
+    """redis-server's options for TLS on `port` with (CA file, certificate, key): clients'
+    certificates optional, and what it opens to other Redis (replication) over TLS too. The
+    plain port stays, on loopback, for the tests' own probes."""
+    ca, cert, key = tls
+    return ("--tls-port", str(port), "--tls-cert-file", cert, "--tls-key-file", key,
+            "--tls-ca-cert-file", ca, "--tls-auth-clients", "optional",
+            "--tls-replication", "yes")
 
 class HAProxy(ServerProcess):
     """haproxy in the foreground on a free loopback port, from config/haproxy.cfg with its

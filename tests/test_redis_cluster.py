@@ -118,8 +118,12 @@ def test_a_client_at_its_caps_on_a_cluster_runs_its_scripts_in_its_slot(cluster_
 
 
 @pytest.fixture
-def replicated_cluster(tmp_path):
-    cluster = RedisClusterSet(str(tmp_path / "cluster"), masters=3, replicas=1).start()
+def replicated_cluster(request, tmp_path):
+    """Three primaries with a replica each; "tls" as the test's parameter: every node on TLS
+    too (and its cluster bus), the URL the rediss+cluster:// one trusting the test's CA."""
+    tls = request.getfixturevalue("redis_tls") if getattr(request, "param", "") == "tls" \
+        else None
+    cluster = RedisClusterSet(str(tmp_path / "cluster"), masters=3, replicas=1, tls=tls).start()
     yield cluster
     cluster.stop()
 
@@ -229,13 +233,15 @@ def test_a_conversation_through_the_plugin_survives_its_primarys_failover(replic
         second.close()
 
 
+@pytest.mark.parametrize("replicated_cluster", ["plain", "tls"], indirect=True)
 def test_a_genuine_hub_answers_from_the_history_after_its_primarys_failover(
         replicated_cluster):
     """A genuine 5.x hub on the cluster, our client over its websocket: the primary holding
     the client's conversation gets kill -9 once its replica has caught up; its turns end with
     the store's failure (never a hang) until the replica is promoted, then answer from the
-    history. (With `store_durable` they would keep failing after the promotion, rightly: the
-    promoted replica has no replica of its own to acknowledge a write.)"""
+    history; with TLS the hub reaches every node only over it (rediss+cluster://). (With
+    `store_durable` they would keep failing after the promotion, rightly: the promoted
+    replica has no replica of its own to acknowledge a write.)"""
     from replicas import replica
 
     from hivemind_chat_agent import HiveMindChatAgent

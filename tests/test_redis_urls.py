@@ -11,7 +11,7 @@ def test_a_sentinel_url_names_its_sentinels_service_database_and_credentials():
                                "?sentinel_password=other")
     assert where == {"sentinels": [("10.0.0.5", 26379), ("::1", 26380)], "service": "hub",
                      "db": 2, "username": "app", "password": "s3cret",
-                     "sentinel_password": "other"}
+                     "sentinel_password": "other", "tls": {}}
     assert parse_sentinel_url("redis+sentinel://127.0.0.1:26379/hub")["db"] == 0
 
 
@@ -50,7 +50,8 @@ def test_a_sentinel_client_asks_for_the_named_primary_with_the_data_nodes_passwo
 def test_a_cluster_url_names_its_nodes_and_credentials():
     from hivemind_chat_agent.hub.redis_urls import parse_cluster_url
     assert parse_cluster_url("redis+cluster://app:s3cret@10.0.0.5:7000,[::1]:7001") == {
-        "nodes": [("10.0.0.5", 7000), ("::1", 7001)], "username": "app", "password": "s3cret"}
+        "nodes": [("10.0.0.5", 7000), ("::1", 7001)], "username": "app", "password": "s3cret",
+        "tls": {}}
     assert parse_cluster_url("rediss+cluster://10.0.0.5:7000")["password"] is None
 
 
@@ -58,7 +59,6 @@ def test_a_cluster_url_names_its_nodes_and_credentials():
     "redis+cluster://",                           # no node
     "redis+cluster://:pw@127.0.0.1/",             # no port
     "redis+cluster://:pw@127.0.0.1:7000/1",       # a database: a cluster has only 0
-    "redis+cluster://127.0.0.1:7000?x=1",
 ])
 def test_a_malformed_cluster_url_is_a_configuration_error_that_shows_the_form(url):
     from hivemind_chat_agent.hub.redis_urls import parse_cluster_url
@@ -86,3 +86,45 @@ def test_a_cluster_client_connects_to_nothing_until_it_is_used():
     assert not store.ping()
     store.close()
     assert issubclass(redis.exceptions.RedisClusterException, Exception)
+
+
+# ---- TLS settings in the query (genuine TLS servers: tests/test_redis_tls.py) ----
+@pytest.fixture
+def ca_file(tmp_path):
+    path = tmp_path / "ca.crt"
+    path.write_text("not read until a connection is made")
+    return str(path)
+
+
+def test_every_tls_form_carries_the_same_settings_to_its_connections(ca_file):
+    from hivemind_chat_agent.hub.redis_urls import parse_cluster_url
+    query = f"ssl_ca_certs={ca_file}&ssl_cert_reqs=Required&ssl_check_hostname=false"
+    tls = {"ssl": True, "ssl_ca_certs": ca_file, "ssl_cert_reqs": "required",
+           "ssl_check_hostname": False}
+    assert parse_cluster_url(f"rediss+cluster://a:1,b:2?{query}")["tls"] == tls
+    assert parse_sentinel_url(f"rediss+sentinel://a:1/hub?{query}&sentinel_password=x")["tls"] \
+        == tls
+    assert parse_sentinel_url("rediss+sentinel://a:1/hub")["tls"] == {"ssl": True}
+    client = redis_client(f"rediss+sentinel://127.0.0.1:1/hub/0?{query}")
+    assert client.connection_pool.connection_kwargs["ssl_ca_certs"] == ca_file
+    sentinel = client.connection_pool.sentinel_manager.sentinels[0]
+    assert sentinel.connection_pool.connection_kwargs["ssl_ca_certs"] == ca_file
+    cluster = redis_client(f"rediss+cluster://127.0.0.1:1?{query}")
+    assert cluster._options["ssl_ca_certs"] == ca_file
+    plain = redis_client(f"rediss://127.0.0.1:1/0?ssl_ca_certs={ca_file}")
+    assert plain.connection_pool.connection_kwargs["ssl_ca_certs"] == ca_file
+
+
+@pytest.mark.parametrize("url, says", [
+    ("rediss+cluster://a:1?ssl_ca_certs=/nowhere/ca.crt", "ssl_ca_certs=/nowhere/ca.crt is not"),
+    ("rediss://:pw@a:1/0?ssl_certfile=/nowhere/me.crt", "ssl_certfile=/nowhere/me.crt is not"),
+    ("redis+sentinel://a:1/hub?ssl_ca_certs={ca}", "rediss+sentinel://"),
+    ("redis://:pw@a:1/0?ssl_ca_certs={ca}", "TLS settings but no TLS"),
+    ("rediss+cluster://:pw@a:1?ssl_cert_reqs=maybe", "required, optional, none"),
+    ("rediss+sentinel://:pw@a:1/hub?ssl_ca_cert={ca}", "not known here: ssl_ca_cert"),
+    ("redis+cluster://127.0.0.1:7000?x=1", "not known here: x"),
+])
+def test_a_tls_setting_that_cannot_work_is_refused_when_the_hub_starts(url, says, ca_file):
+    with pytest.raises(ConfigurationError) as raised:
+        redis_client(url.format(ca=ca_file))
+    assert says in str(raised.value) and "pw" not in str(raised.value)

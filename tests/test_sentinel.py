@@ -25,8 +25,12 @@ NAMES = ["Ada", "Bob", "Cy", "Dee", "Eve", "Fay", "Gus", "Hal", "Ivy", "Jo"][:CO
 
 
 @pytest.fixture
-def sentinel(tmp_path):
-    deployment = SentinelSet(str(tmp_path)).start()
+def sentinel(request, tmp_path):
+    """The Sentinel deployment; "tls" as the test's parameter: every server on TLS too, and
+    the URL the rediss+sentinel:// one trusting the test's CA."""
+    tls = request.getfixturevalue("redis_tls") if getattr(request, "param", "") == "tls" \
+        else None
+    deployment = SentinelSet(str(tmp_path), tls=tls).start()
     yield deployment
     deployment.stop()
 
@@ -82,7 +86,11 @@ def test_the_store_follows_the_promoted_replica_and_keeps_what_was_replicated(se
         store.close()
 
 
+@pytest.mark.parametrize("sentinel", ["plain", "tls"], indirect=True)
 def test_conversations_through_a_hub_continue_with_their_history_after_the_failover(sentinel):
+    """Ten conversations, the primary killed between turns: each is answered again from its
+    history once the replica is promoted; with TLS the hub reaches the sentinels and both
+    Redis only over it (rediss+sentinel://, the CA in the URL's ssl_ca_certs)."""
     from replicas import replica
 
     from hivemind_chat_agent import HiveMindChatAgent

@@ -16,13 +16,23 @@ READONLY into a connection error and drops it): that turn ends `store_unavailabl
 other moment the store is unreachable, and the next one reconnects. The credentials are the
 data nodes'; sentinels that want a password of their own take `?sentinel_password=...`.
 
+With TLS (the rediss forms) the server's certificate is verified against the system's CAs
+unless the query names others, in redis-py's words, the same on every form:
+`?ssl_ca_certs=/etc/redis/ca.crt` (the CA file), `ssl_certfile` and `ssl_keyfile` (this hub's
+own certificate, for a Redis with `tls-auth-clients yes`), `ssl_cert_reqs` (required, the
+default; optional; none) and `ssl_check_hostname` (true, the default; false). They go to every
+connection: the data nodes', sentinels' and cluster nodes'. A file that is not there, a TLS
+option on a URL without TLS, or an option not known here is a ConfigurationError when the hub
+starts, not a store that fails every turn.
+
 On a cluster the client is redis-py's RedisCluster: it reads the slot map from the first node
 that answers and sends each key's commands to the primary serving its slot. Everything one
 round trip or script of the store touches is in one slot (hub/redis_store.py's hash tags), so
 it never needs more than one node. A cluster has no databases: a path is refused.
 """
+import os
 import threading
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 from urllib.parse import parse_qs, unquote, urlsplit, urlunsplit
 
 import redis
@@ -34,6 +44,9 @@ from hivemind_chat_agent.errors import ConfigurationError
 SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
 SCHEMES = ("redis", "rediss", "unix") + SENTINEL_SCHEMES + CLUSTER_SCHEMES
+TLS_FILES = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
+TLS_CHOICES = {"ssl_cert_reqs": ("required", "optional", "none"),
+               "ssl_check_hostname": ("true", "false")}
 
 
 def is_cluster(url: str) -> bool:
@@ -48,10 +61,11 @@ def redis_client(url: str, **options: Any) -> Any:
     if scheme in CLUSTER_SCHEMES:
         return cluster_client(url, **options)
     if scheme not in SENTINEL_SCHEMES:
+        if scheme != "unix":      # checked here; redis-py reads the query itself
+            tls_options(url, parse_qs(urlsplit(url).query), others=None)
         return redis.Redis.from_url(url, **options)
     where = parse_sentinel_url(url)
-    if scheme == "rediss+sentinel":
-        options["ssl"] = True
+    options.update(where["tls"])
     sentinel_options = {k: v for k, v in options.items() if k != "decode_responses"}
     if where["sentinel_password"]:
         sentinel_options["password"] = where["sentinel_password"]
@@ -66,8 +80,7 @@ def cluster_client(url: str, **options: Any) -> Any:
     is read then (a cluster down when the hub starts fails that turn, store_unavailable, as a
     single Redis would, not the hub's start)."""
     where = parse_cluster_url(url)
-    if urlsplit(url).scheme == "rediss+cluster":
-        options["ssl"] = True
+    options.update(where["tls"])
     nodes = [redis.cluster.ClusterNode(host, port) for host, port in where["nodes"]]
     return _LazyCluster(dict(startup_nodes=nodes, username=where["username"],
                              password=where["password"], **options))
@@ -100,13 +113,14 @@ def parse_cluster_url(url: str) -> Dict[str, Any]:
     credentials, _, hosts = parts.netloc.rpartition("@")
     username, _, password = credentials.partition(":")
     nodes = _host_ports(url, hosts, "redis+cluster://HOST:PORT,HOST:PORT")
-    if not nodes or parts.path.strip("/") or parts.query:
+    if not nodes or parts.path.strip("/"):
         raise ConfigurationError(
             f"conversation_store: {shown_url(url)} must be redis+cluster://[USER:PASSWORD@]"
             "HOST:PORT[,HOST:PORT...]: some of the cluster's nodes, no database (a cluster "
-            "has only database 0) and no options")
+            "has only database 0)")
     return {"nodes": nodes, "username": unquote(username) or None,
-            "password": unquote(password) or None}
+            "password": unquote(password) or None,
+            "tls": tls_options(url, parse_qs(parts.query))}
 
 
 def _host_ports(url: str, hosts: str, form: str) -> List[Tuple[str, int]]:
@@ -137,7 +151,44 @@ def parse_sentinel_url(url: str) -> Dict[str, Any]:
     return {"sentinels": sentinels, "service": unquote(path[0]),
             "db": int(path[1]) if len(path) == 2 else 0,
             "username": unquote(username) or None, "password": unquote(password) or None,
-            "sentinel_password": next(iter(query.get("sentinel_password", [])), None)}
+            "sentinel_password": next(iter(query.get("sentinel_password", [])), None),
+            "tls": tls_options(url, query, others=("sentinel_password",))}
+
+
+
+def tls_options(url: str, query: Dict[str, List[str]],
+                others: Optional[Tuple[str, ...]] = ()) -> Dict[str, Any]:
+    """The connection options of a URL's TLS: `{"ssl": True, ...}` with the query's TLS
+    settings for a rediss form, `{}` without TLS. ConfigurationError for a file that is not
+    there, a value not among the choices, a TLS setting without TLS, or a query key that is
+    neither a TLS setting nor one of `others` (None: any, as redis-py's from_url takes)."""
+    tls = urlsplit(url).scheme.startswith("rediss")
+    known = TLS_FILES + tuple(TLS_CHOICES) + (others or ())
+    unknown = [k for k in query if k not in known] if others is not None else []
+    if unknown:
+        raise ConfigurationError(
+            f"conversation_store: {shown_url(url)} has options not known here: "
+            f"{', '.join(unknown)}; it takes {', '.join(TLS_FILES + tuple(TLS_CHOICES))}"
+            + "".join(f" and {name}" for name in others or ()))
+    given = {k: v[-1] for k, v in query.items() if k in TLS_FILES or k in TLS_CHOICES}
+    if given and not tls:
+        raise ConfigurationError(
+            f"conversation_store: {shown_url(url)} has TLS settings but no TLS: write rediss "
+            "for redis in the scheme (rediss://, rediss+sentinel://, rediss+cluster://)")
+    for name, value in given.items():
+        if name in TLS_FILES and not os.path.isfile(value):
+            raise ConfigurationError(
+                f"conversation_store: {name}={value} is not a file this hub can read")
+        if name in TLS_CHOICES and value.lower() not in TLS_CHOICES[name]:
+            raise ConfigurationError(
+                f"conversation_store: {name} is one of {', '.join(TLS_CHOICES[name])}, "
+                f"not {value!r}")
+    options: Dict[str, Any] = {k: v for k, v in given.items() if k in TLS_FILES}
+    if "ssl_cert_reqs" in given:
+        options["ssl_cert_reqs"] = given["ssl_cert_reqs"].lower()
+    if "ssl_check_hostname" in given:
+        options["ssl_check_hostname"] = given["ssl_check_hostname"].lower() == "true"
+    return {"ssl": True, **options} if tls else {}
 
 
 def shown_url(url: str) -> str:
