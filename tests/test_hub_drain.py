@@ -2,7 +2,7 @@
 the turn running when the drain begins is finished, a turn arriving meanwhile is refused with
 the `draining` reason (our client sends it again, and here, with no other replica, ends with
 HubDrainingError), a stock satellite hears why, idle connections are closed, and `/readyz`
-says 404 "draining" from the first moment."""
+says 503 "draining" from the first moment."""
 import threading
 import time
 
@@ -68,7 +68,7 @@ def test_the_running_turn_finishes_a_new_one_is_refused_and_idle_satellites_are_
         assert wait_until(lambda: len(plugin.open_turns) == 1, 5)
         started = time.monotonic()
         thread, report = draining(plugin)
-        assert plugin.readiness().status == 404 and plugin.readiness().reason == "draining"
+        assert plugin.readiness().status == 503 and plugin.readiness().reason == "draining"
         with pytest.raises(HubDrainingError):
             late.get_response("hello", session_id="late")
         assert list(turn) == ["slow sentence 1", "slow sentence 2", "slow sentence 3"]

@@ -62,11 +62,25 @@ def test_ready_only_when_store_engine_and_no_drain_allow_it():
     assert readiness(False, True, False).reason == "store_unavailable"
     assert readiness(True, False, False).reason == "engine_not_loaded"
     assert readiness(False, False, True).reason == "draining"     # the first reason
-    assert all(readiness(*s).status == 503 for s in [(False, True, False), (True, False, False)])
-    # draining is 404, what HAProxy's disable-on-404 takes as "no new connections, keep the
-    # open ones" (their turns are finishing); a 503 would cut them
-    assert readiness(True, True, True).status == readiness(False, False, True).status == 404
+    assert all(readiness(*s).status == 503 for s in [(False, True, False), (True, False, False),
+                                                     (True, True, True), (False, False, True)])
     assert readiness(False, True, False).body()["ready"] is False
+
+
+def test_draining_is_404_only_for_a_prober_that_asks_for_it():
+    """HAProxy's disable-on-404 reads 404 as "no new connections, keep the open ones" (their
+    turns are finishing), where a 503 would cut them: config/haproxy.cfg asks
+    `/readyz?draining=404`. Any other prober, and any other reason, is answered as it was."""
+    from hivemind_chat_agent.core.health import as_asked
+    draining = readiness(True, True, True)
+    assert as_asked(draining, "/readyz?draining=404") == Verdict(404, "draining",
+                                                                 draining.message)
+    assert as_asked(draining, "/readyz?x=1&draining=404").status == 404
+    for target in ("/readyz", "/readyz?draining=4044", "/readyz?draining=503"):
+        assert as_asked(draining, target) == draining
+    broken = readiness(False, True, False)
+    assert as_asked(broken, "/readyz?draining=404") == broken
+    assert as_asked(Verdict(200), "/readyz?draining=404") == Verdict(200)
 
 
 # ---- settings: off by default, closed by default ----

@@ -132,7 +132,7 @@ def test_readyz_follows_the_redis_store_down_and_back(tmp_path):
 
 def test_haproxy_sends_no_new_satellite_to_the_replica_whose_readyz_fails(tmp_path):
     """hub2's own Redis stops: its /readyz fails, haproxy marks it down by the example's
-    `option httpchk GET /readyz`, and every new connection goes to hub1."""
+    `option httpchk GET /readyz?draining=404`, and every new connection goes to hub1."""
     own = RedisServer(str(tmp_path / "redis2")).start()
     stores = iter([None, own.url])
     deployment = ReplicaSet(str(tmp_path),

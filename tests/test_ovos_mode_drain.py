@@ -1,7 +1,7 @@
 """A genuine hub in OVOS mode draining on SIGTERM (issue 27, part 4, for the OVOS mode;
 hub/ovos_operations.py), on both generations: hivemind-core with our plugin in front of a
 genuine ovos-messagebus and an answering service (tests/stock_hub.py), `health` on. At the
-signal `/readyz` says 404 at once; the utterance ovos-core is answering is answered; our
+signal `/readyz` says 503 "draining" at once; the utterance ovos-core is answering is answered; our
 client's turn sent during the drain is refused with the `draining` reason (with no other hub
 to go to it ends HubDrainingError, never run); the process exits 0 once ovos-core handled
 what it had. Before that, `/readyz` follows the bus: ovos-messagebus stopped is 503. And with a
@@ -59,7 +59,7 @@ def test_sigterm_answers_what_ovos_has_refuses_what_comes_and_exits_cleanly(ovos
         assert wait_until(lambda: in_flight.search(health(hub.health_port, "/metrics")[1]), 5)
         signalled = time.monotonic()
         hub.hub.proc.send_signal(signal.SIGTERM)
-        assert wait_until(lambda: health(hub.health_port, "/readyz")[0] in (404, None), 5,
+        assert wait_until(lambda: health(hub.health_port, "/readyz")[0] in (503, None), 5,
                           poll=0.01)
         not_ready = time.monotonic() - signalled
         status, body = health(hub.health_port, "/readyz")
@@ -139,7 +139,7 @@ def test_a_genuine_skill_mid_answer_at_sigterm_finishes_before_the_hub_exits(gen
         assert next(sentences) == "Hello world"      # the skill now waits for the audio's end
         hub, _ = ovos.procs["hivemind"]
         hub.send_signal(signal.SIGTERM)
-        assert wait_until(lambda: health(port, "/readyz")[0] in (404, None), 5, poll=0.01)
+        assert wait_until(lambda: health(port, "/readyz")[0] in (503, None), 5, poll=0.01)
         time.sleep(2)
         assert hub.poll() is None, "the hub left while a skill was still answering"
         agent.report_audio_end("drain")

@@ -207,7 +207,9 @@ def test_readyz_follows_the_bus_and_the_drain_and_metrics_count_the_utterances()
         assert got[("hivemind_chat_turns_total", (("outcome", "failed"),))] == 1
         assert got[("hivemind_chat_turns_in_flight", ())] == 0
         protocol.operations._draining.set()
-        assert http_get(port, "/readyz")[0] == 404
+        status, body = http_get(port, "/readyz")
+        assert status == 503 and json.loads(body)["reason"] == "draining"
+        assert http_get(port, "/readyz?draining=404")[0] == 404      # config/haproxy.cfg's
     finally:
         protocol.shutdown()
     with pytest.raises(OSError):                          # the port went with the plugin
@@ -218,7 +220,7 @@ def test_ready_when_ovos_takes_utterances_and_not_draining():
     assert ovos_readiness(True, "", False).status == 200
     down = ovos_readiness(False, "the hub's OVOS messagebus is not connected", False)
     assert down.status == 503 and "messagebus" in down.message
-    assert ovos_readiness(True, "", True).status == 404
+    assert ovos_readiness(True, "", True).status == 503
 
 
 def test_the_ovos_modes_health_is_closed_by_default():

@@ -28,8 +28,9 @@ CONVERSATIONS = 4
 
 
 def readyz(port):
-    """The status of the replica's `/readyz` (None once nothing answers)."""
-    request = urllib.request.Request(f"http://127.0.0.1:{port}/readyz",
+    """The status of the replica's `/readyz` as config/haproxy.cfg asks it (draining: 404),
+    None once nothing answers."""
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/readyz?draining=404",
                                      headers={"Host": "localhost"})
     try:
         with urllib.request.urlopen(request, timeout=5) as answer:
@@ -117,6 +118,9 @@ def restart_one(deployment, hub, log_path, pids):
         assert wait_until(lambda: readyz(hub.health_port) in (404, None), 5, poll=0.01), \
             hub.logs()[-4000:]
         not_ready = time.monotonic() - signalled
+        # haproxy read the 404 as "drain": no new connection, the open ones kept (NOLB)
+        assert deployment.proxy.wait_until(lambda s: s[name]["status"] == "NOLB", 5), \
+            deployment.proxy.servers()
         # the probe's connection is busy with the turn in flight, so it is still open: this
         # turn reaches the draining replica, which refuses it; the client sends it again
         arrived = probe.get_response(f"slow 1 0.1 arrive-{name}", session_id=f"arrive-{name}")

@@ -8,10 +8,12 @@ hub is ready, and which requests the endpoint answers at all.
 - `readiness` (`ovos_readiness` in the OVOS mode: the bus and ovos-core's skills in place of
   the store and the engine): 200 only while the store answers, the engine is loaded and the
   hub is not draining; otherwise 503 and the first reason, so a load balancer (HAProxy's `option
-  httpchk`) sends no new satellite to a replica that could not serve it. A draining hub says
-  404 instead (still not ready for any prober): HAProxy's `http-check disable-on-404` then
-  sends it no new connection but keeps the open ones, whose turns are finishing, where a 503
-  takes a replica down and `on-marked-down shutdown-sessions` cuts them (config/haproxy.cfg).
+  httpchk`) sends no new satellite to a replica that could not serve it.
+- `as_asked`: a draining hub is 503 `draining` for any prober, and 404 for one that asks for
+  it with `/readyz?draining=404` (config/haproxy.cfg's check): HAProxy's `http-check
+  disable-on-404` then sends it no new connection but keeps the open ones, whose turns are
+  finishing, where a 503 takes a replica down and `on-marked-down shutdown-sessions` cuts
+  them.
 - `refusal`: the health port is a front like the others, closed by default (docs/security.md):
   only GET of PATHS; on a loopback bind the Host must be a loopback name (a web page whose
   name was rebound to 127.0.0.1 sends its own name: 421); a browser's Origin other than a
@@ -30,7 +32,8 @@ ANSWERED, ASKED, NOT_UNDERSTOOD, FAILED = "answered", "asked", "not_understood",
 TIMED_OUT, STOPPED, REPLAYED = "timed_out", "stopped", "replayed"
 OUTCOMES = (ANSWERED, ASKED, NOT_UNDERSTOOD, FAILED, TIMED_OUT, STOPPED, REPLAYED)
 
-DRAINING_STATUS = 404
+DRAINING_STATUS = 503
+DRAINING_AS_404 = "draining=404"     # the query of a prober that reads 404 as "drain"
 HEALTHZ, READYZ, METRICS = "/healthz", "/readyz", "/metrics"
 PATHS = (HEALTHZ, READYZ, METRICS)
 
@@ -88,7 +91,7 @@ def readiness(store_answers: bool, engine_loaded: bool, draining: bool) -> Verdi
     """`/readyz`: ready only when all three allow it; the reason is the first that does not,
     in the order an operator acts on it (a drain is on purpose, the engine is this process's,
     the store is shared)."""
-    if draining:     # 404: HAProxy's `http-check disable-on-404` reads it as "drain"
+    if draining:
         return Verdict(DRAINING_STATUS, "draining", "the hub is shutting down: its turns are "
                                                     "finishing and new satellites go to "
                                                     "another replica")
@@ -98,6 +101,14 @@ def readiness(store_answers: bool, engine_loaded: bool, draining: bool) -> Verdi
         return Verdict(503, "store_unavailable", "the conversation store does not answer; "
                                                  "turns fail until it is back")
     return Verdict(200)
+
+
+def as_asked(verdict: Verdict, target: str) -> Verdict:
+    """`verdict` as the prober of `target` asked to hear it: 404 for "draining" when its query
+    has `draining=404` (HAProxy's disable-on-404 convention), else unchanged."""
+    if verdict.reason == "draining" and DRAINING_AS_404 in target.partition("?")[2].split("&"):
+        return Verdict(404, verdict.reason, verdict.message)
+    return verdict
 
 
 def ovos_readiness(ovos_answers: bool, why: str, draining: bool) -> Verdict:

@@ -26,7 +26,7 @@ from typing import Any, Callable, Dict, Optional, Set, Tuple
 
 from ovos_utils.log import LOG
 
-from hivemind_chat_agent.core.health import HEALTHZ, READYZ, Verdict, refusal
+from hivemind_chat_agent.core.health import HEALTHZ, READYZ, Verdict, as_asked, refusal
 from hivemind_chat_agent.core.peer_gate import AllowList, Caps, PeerGate, is_loopback_bind
 
 DEADLINE = 5.0        # seconds for a whole request head, and again for writing the answer
@@ -179,7 +179,7 @@ class HealthServer:
         if path == HEALTHZ:
             return _json(Verdict(200), {"alive": True})
         if path == READYZ:
-            return _json(self.ready())
+            return _json(as_asked(self.ready(), target))
         try:
             body, content_type = self.metrics(headers.get("accept", ""))
         except Exception as e:     # a gauge's callback broke: say so, keep serving

@@ -13,7 +13,7 @@ hub/draining.py; the names are docs/metrics.md's).
   `hivemind_chat_sessions` the satellite sessions followed. There is no conversation store,
   so the store's series stay empty.
 - **Draining** (core/drain.Drain through hub/draining.HubDrain, counted by the routes: an
-  utterance counts until ovos-core handled it): at SIGTERM `/readyz` says 404 at once, idle
+  utterance counts until ovos-core handled it): at SIGTERM `/readyz` says draining at once, idle
   satellites are closed (1001), an utterance that arrives is refused with the `draining`
   reason (our client resends it to another hub; a stock satellite is told aloud first), and
   the process exits once the utterances at ovos-core were handled, or at `drain_timeout`.

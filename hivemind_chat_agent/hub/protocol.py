@@ -187,7 +187,8 @@ class ChatAgentProtocol(AgentProtocol):
         return self._draining.is_set()
 
     def begin_draining(self) -> None:
-        """From now on `/readyz` says "draining" (404, docs/metrics.md), so the load balancer
+        """From now on `/readyz` says "draining" (503; 404 to `?draining=404`, what
+        config/haproxy.cfg asks: docs/metrics.md), so the load balancer
         sends new satellites elsewhere. Turns already here are served as before; `drain()`
         does the rest."""
         self._draining.set()
