@@ -83,6 +83,23 @@ def test_draining_is_404_only_for_a_prober_that_asks_for_it():
     assert as_asked(Verdict(200), "/readyz?draining=404") == Verdict(200)
 
 
+def test_the_plugin_is_ready_while_it_serves_and_engine_not_loaded_once_shut_down():
+    """The engine loads with the plugin (a failure stops the hub's start), so a running
+    plugin's engine is there; `engine_not_loaded` is what /readyz says from its shutdown on,
+    until the health port goes with it."""
+    from engines import ScriptEngine
+
+    from hivemind_chat_agent import ChatAgentProtocol
+    protocol = ChatAgentProtocol(config={"engine": "engines:ScriptEngine"},
+                                 engine=ScriptEngine())
+    try:
+        assert protocol.readiness() == Verdict(200)
+    finally:
+        protocol.shutdown()
+    assert protocol.readiness().reason == "engine_not_loaded"
+    assert protocol.readiness().status == 503
+
+
 # ---- settings: off by default, closed by default ----
 def test_health_is_off_unless_set_and_loopback_unless_the_operator_says_who():
     assert HubSettings.from_dict({"engine": "x"}).health == ""

@@ -83,20 +83,22 @@ def test_turns_of_known_outcomes_are_counted_exactly(store_settings):
             assert run(agent, "empty").status.value == "not_understood"
             run(agent, "hang 4")                               # past the plugin's 2 s
             run(agent, "talk 30 0.3", stop_after_first=True)   # the satellite stops it
+            assert run(agent, "raise").status.value == "failed"    # the engine raised
+            # asked: no chat engine asks (docs/metrics.md); replayed: tests/test_replicas.py
             expected = {"answered": 2, "not_understood": 1, "timed_out": 1, "stopped": 1,
-                        "asked": 0, "failed": 0, "replayed": 0}
+                        "asked": 0, "failed": 1, "replayed": 0}
             assert wait_until(lambda: turns(scrape(port)) == expected, 20), \
                 turns(scrape(port))
             assert wait_until(lambda: scrape(port)[("hivemind_chat_turns_in_flight", ())]
                               == 0, 20)
             got = scrape(port)
-            assert got[("hivemind_chat_turn_seconds_count", ())] == 5
+            assert got[("hivemind_chat_turn_seconds_count", ())] == 6
             # hello, hello and the stopped talk spoke; empty and the hung turn never did
             assert got[("hivemind_chat_turn_first_sentence_seconds_count", ())] == 3
             timed = {dict(labels)["op"]: value for (name, labels), value in got.items()
                      if name == "hivemind_chat_store_seconds_count"}
             if store_settings:
-                assert timed["begin"] == 5 and timed["finish"] == 5, timed
+                assert timed["begin"] == 6 and timed["finish"] == 6, timed
             else:
                 assert timed == {}
             assert got[("hivemind_chat_store_errors_total", ())] == 0

@@ -1,8 +1,8 @@
-"""Replicas: two genuine hivemind-core 5.x hubs from config/server-replica.json sharing one real
-redis-server, behind a real haproxy from config/haproxy.cfg, with the hub identity cloned as
-docs/scale-out.md says. The replica holding a conversation's connection is killed (-9) between
-turns; the conversation continues on the other, for our client and for a stock
-hivemind-bus-client satellite."""
+"""Replicas: two genuine hivemind-core 5.x hubs from config/server-replica-shared-db.json
+sharing one real redis-server (conversations and clients), behind a real haproxy from
+config/haproxy.cfg, with the hub identity cloned as docs/scale-out.md says. The replica holding
+a conversation's connection is killed (-9) between turns; the conversation continues on the
+other, for our client and for a stock hivemind-bus-client satellite."""
 import json
 import threading
 import time
@@ -13,9 +13,11 @@ from ovos_bus_client.message import Message
 from ovos_bus_client.session import Session
 from raw_satellite import satellite_identity
 from replicas import ReplicaSet
+from test_hub_metrics import scrape, turns
 from waiting import hold_still, wait_until
 
 from hivemind_chat_agent import HiveMindChatAgent
+from hivemind_chat_agent.bridges.front_metrics import FrontMetrics
 from hivemind_chat_agent.errors import HiveMindChatError
 
 pytestmark = pytest.mark.hub
@@ -118,6 +120,15 @@ def slow_turn_killed_after_its_first_sentence(deployment):
         agent.shutdown()
 
 
+def scrape_registry(metrics):
+    """{(sample name, sorted label items): value} of a FrontMetrics, as its /metrics shows."""
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+    text = generate_latest(metrics.registry).decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
 @pytest.fixture
 def script_replicas(tmp_path):
     replicas = ReplicaSet(str(tmp_path), engine="engines:ScriptEngine").start()
@@ -141,9 +152,12 @@ def test_a_turn_whose_connection_haproxy_cut_is_answered_once_and_kept_once(scri
     reload or `shutdown sessions` does). The client resends the turn by its id, the turn is
     answered from the replica that ran it, each sentence once, its engine ran once, and its
     exchange is in the conversation's history once (before, the replica dropped it: the cut
-    satellite's session was no longer followed there)."""
+    satellite's session was no longer followed there). The replicas' and the client's metrics
+    count it as it happened."""
     deployment = script_replicas
     agent = HiveMindChatAgent(deployment.agent_config(timeout=20))
+    seen = FrontMetrics("openai")        # what a front's metrics count of this client
+    agent.observe(seen)
     try:
         assert agent.get_response("hello", session_id="kitchen")
         deployment.add_replica()
@@ -157,6 +171,16 @@ def test_a_turn_whose_connection_haproxy_cut_is_answered_once_and_kept_once(scri
                     f"shutdown sessions server hubs/{deployment.name(holder)}")
         assert heard == ["slow sentence 1", "slow sentence 2", "slow sentence 3"]
         assert turn.status.value == "answered"
+        # the metrics say so too: the engine's run counted answered where it ran, the resend
+        # replayed where it landed (either replica), the client's resend and reconnect once
+        counted = [turns(scrape(h.health_port)) for h in deployment.running]
+        total = {k: sum(c[k] for c in counted) for k in counted[0]}
+        assert total == {"answered": 2, "replayed": 1, "asked": 0, "not_understood": 0,
+                         "failed": 0, "timed_out": 0, "stopped": 0}, counted
+        client = scrape_registry(seen)
+        assert client[("hivemind_chat_client_resends_total",
+                       (("front", "openai"), ("reason", "lost")))] == 1
+        assert client[("hivemind_chat_client_reconnects_total", (("front", "openai"),))] == 1
         history = json.loads(agent.get_response("history", session_id="kitchen"))
         answer = "slow sentence 1\nslow sentence 2\nslow sentence 3"
         assert history.count(["user", "slow 3 1"]) == 1, history
