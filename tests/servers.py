@@ -120,7 +120,7 @@ class HAProxy(ServerProcess):
     """haproxy in the foreground on a free loopback port, from config/haproxy.cfg with its
     frontend and server ports replaced, plus a stats socket the tests read. `check_ports`: each
     backend's health port (the plugin's "health", checked with the template's GET
-    /readyz?draining=404); None for backends without one (hubs answering as OVOS does): then
+    /readyz?not_ready=404); None for backends without one (hubs answering as OVOS does): then
     a TCP connect is the check, as it was before the plugin had a health endpoint."""
 
     def __init__(self, directory: str, template: str, backends: "list[int]",

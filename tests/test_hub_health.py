@@ -67,20 +67,19 @@ def test_ready_only_when_store_engine_and_no_drain_allow_it():
     assert readiness(False, True, False).body()["ready"] is False
 
 
-def test_draining_is_404_only_for_a_prober_that_asks_for_it():
-    """HAProxy's disable-on-404 reads 404 as "no new connections, keep the open ones" (their
-    turns are finishing), where a 503 would cut them: config/haproxy.cfg asks
-    `/readyz?draining=404`. Any other prober, and any other reason, is answered as it was."""
+def test_not_ready_is_404_only_for_a_prober_that_asks_for_it():
+    """HAProxy's disable-on-404 reads 404 as "no new connections, keep the open ones", where a
+    503 would cut them: config/haproxy.cfg asks `/readyz?not_ready=404`. Any other prober is
+    answered 503, and a ready hub 200 whatever the query."""
     from hivemind_chat_agent.core.health import as_asked
-    draining = readiness(True, True, True)
-    assert as_asked(draining, "/readyz?draining=404") == Verdict(404, "draining",
-                                                                 draining.message)
-    assert as_asked(draining, "/readyz?x=1&draining=404").status == 404
-    for target in ("/readyz", "/readyz?draining=4044", "/readyz?draining=503"):
-        assert as_asked(draining, target) == draining
-    broken = readiness(False, True, False)
-    assert as_asked(broken, "/readyz?draining=404") == broken
-    assert as_asked(Verdict(200), "/readyz?draining=404") == Verdict(200)
+    for verdict in (readiness(True, True, True), readiness(False, True, False),
+                    readiness(True, False, False)):
+        assert as_asked(verdict, "/readyz?not_ready=404") == Verdict(404, verdict.reason,
+                                                                     verdict.message)
+        assert as_asked(verdict, "/readyz?x=1&not_ready=404").status == 404
+        for target in ("/readyz", "/readyz?not_ready=4044", "/readyz?draining=404"):
+            assert as_asked(verdict, target) == verdict
+    assert as_asked(Verdict(200), "/readyz?not_ready=404") == Verdict(200)
 
 
 def test_the_plugin_is_ready_while_it_serves_and_engine_not_loaded_once_shut_down():

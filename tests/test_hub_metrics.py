@@ -133,8 +133,9 @@ def test_readyz_follows_the_redis_store_down_and_back(tmp_path):
 
 
 def test_haproxy_sends_no_new_satellite_to_the_replica_whose_readyz_fails(tmp_path):
-    """hub2's own Redis stops: its /readyz fails, haproxy marks it down by the example's
-    `option httpchk GET /readyz?draining=404`, and every new connection goes to hub1."""
+    """hub2's own Redis stops: its /readyz fails, haproxy takes it out of the balancing by the
+    example's `option httpchk GET /readyz?not_ready=404` and `disable-on-404` (NOLB: no new
+    connection, the open ones kept), and every new connection goes to hub1."""
     own = RedisServer(str(tmp_path / "redis2")).start()
     stores = iter([None, own.url])
     deployment = ReplicaSet(str(tmp_path),
@@ -147,7 +148,7 @@ def test_haproxy_sends_no_new_satellite_to_the_replica_whose_readyz_fails(tmp_pa
         assert "Ada" in first.get_response("my name is Ada", session_id="one")
         deployment.add_replica()          # counted UP: its /readyz answered haproxy's check
         own.stop()
-        assert deployment.proxy.wait_until(lambda s: s["hub2"]["status"] == "DOWN"), \
+        assert deployment.proxy.wait_until(lambda s: s["hub2"]["status"] == "NOLB"), \
             deployment.proxy.servers()
         before = deployment.proxy.servers()
         for i in range(4):                # new satellites: each a connection of its own

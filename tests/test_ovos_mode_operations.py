@@ -209,7 +209,7 @@ def test_readyz_follows_the_bus_and_the_drain_and_metrics_count_the_utterances()
         protocol.operations._draining.set()
         status, body = http_get(port, "/readyz")
         assert status == 503 and json.loads(body)["reason"] == "draining"
-        assert http_get(port, "/readyz?draining=404")[0] == 404      # config/haproxy.cfg's
+        assert http_get(port, "/readyz?not_ready=404")[0] == 404     # config/haproxy.cfg's
     finally:
         protocol.shutdown()
     with pytest.raises(OSError):                          # the port went with the plugin

@@ -120,15 +120,6 @@ def slow_turn_killed_after_its_first_sentence(deployment):
         agent.shutdown()
 
 
-def scrape_registry(metrics):
-    """{(sample name, sorted label items): value} of a FrontMetrics, as its /metrics shows."""
-    from prometheus_client import generate_latest
-    from prometheus_client.parser import text_string_to_metric_families
-    text = generate_latest(metrics.registry).decode()
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
-
-
 @pytest.fixture
 def script_replicas(tmp_path):
     replicas = ReplicaSet(str(tmp_path), engine="engines:ScriptEngine").start()
@@ -177,10 +168,10 @@ def test_a_turn_whose_connection_haproxy_cut_is_answered_once_and_kept_once(scri
         total = {k: sum(c[k] for c in counted) for k in counted[0]}
         assert total == {"answered": 2, "replayed": 1, "asked": 0, "not_understood": 0,
                          "failed": 0, "timed_out": 0, "stopped": 0}, counted
-        client = scrape_registry(seen)
-        assert client[("hivemind_chat_client_resends_total",
-                       (("front", "openai"), ("reason", "lost")))] == 1
-        assert client[("hivemind_chat_client_reconnects_total", (("front", "openai"),))] == 1
+        client = seen.registry.get_sample_value
+        assert client("hivemind_chat_client_resends_total",
+                      {"front": "openai", "reason": "lost"}) == 1
+        assert client("hivemind_chat_client_reconnects_total", {"front": "openai"}) == 1
         history = json.loads(agent.get_response("history", session_id="kitchen"))
         answer = "slow sentence 1\nslow sentence 2\nslow sentence 3"
         assert history.count(["user", "slow 3 1"]) == 1, history

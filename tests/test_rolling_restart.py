@@ -1,6 +1,6 @@
 """A rolling restart (issue 27, part 4): two genuine hivemind-core 5.x replicas (`hivemind-core
-listen`, config/server-replica.json) sharing a real redis-server behind a real haproxy from
-config/haproxy.cfg; each replica in turn gets SIGTERM, drains, exits and is started again,
+listen`, config/server-replica-shared-db.json) sharing a real redis-server behind a real haproxy
+from config/haproxy.cfg; each replica in turn gets SIGTERM, drains, exits and is started again,
 while conversations of our client take turns through haproxy. No turn is lost, none runs twice
 (every engine run is logged with its process id, tests/engines.RunLogEngine, so the count
 survives the restarts), and each conversation's history has each of its turns once. A turn
@@ -27,10 +27,10 @@ pytestmark = pytest.mark.hub
 CONVERSATIONS = 4
 
 
-def readyz(port):
-    """The status of the replica's `/readyz` as config/haproxy.cfg asks it (draining: 404),
-    None once nothing answers."""
-    request = urllib.request.Request(f"http://127.0.0.1:{port}/readyz?draining=404",
+def readyz(port, query="?not_ready=404"):
+    """The status of the replica's `/readyz` as config/haproxy.cfg asks it (not ready: 404),
+    or with another `query` ("": as Kubernetes asks, 503); None once nothing answers."""
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/readyz{query}",
                                      headers={"Host": "localhost"})
     try:
         with urllib.request.urlopen(request, timeout=5) as answer:
@@ -118,6 +118,7 @@ def restart_one(deployment, hub, log_path, pids):
         assert wait_until(lambda: readyz(hub.health_port) in (404, None), 5, poll=0.01), \
             hub.logs()[-4000:]
         not_ready = time.monotonic() - signalled
+        assert readyz(hub.health_port, "") == 503         # what any other prober is told
         # haproxy read the 404 as "drain": no new connection, the open ones kept (NOLB)
         assert deployment.proxy.wait_until(lambda s: s[name]["status"] == "NOLB", 5), \
             deployment.proxy.servers()

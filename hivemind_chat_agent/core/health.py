@@ -9,11 +9,14 @@ hub is ready, and which requests the endpoint answers at all.
   the store and the engine): 200 only while the store answers, the engine is loaded and the
   hub is not draining; otherwise 503 and the first reason, so a load balancer (HAProxy's `option
   httpchk`) sends no new satellite to a replica that could not serve it.
-- `as_asked`: a draining hub is 503 `draining` for any prober, and 404 for one that asks for
-  it with `/readyz?draining=404` (config/haproxy.cfg's check): HAProxy's `http-check
-  disable-on-404` then sends it no new connection but keeps the open ones, whose turns are
-  finishing, where a 503 takes a replica down and `on-marked-down shutdown-sessions` cuts
-  them.
+- `as_asked`: a hub that is not ready says 503 to any prober, and 404 to one that asks for
+  it with `/readyz?not_ready=404` (config/haproxy.cfg's check): HAProxy's `http-check
+  disable-on-404` then sends it no new satellite but keeps the open connections, where a 503
+  marks it down and `on-marked-down shutdown-sessions` cuts them. Cutting is for a replica
+  that is gone (its health port silent), not one that waits: a draining hub's turns are
+  finishing, and while the store all replicas share fails over (Sentinel: about 2 s) every
+  replica is unready at once, so cutting would disconnect every satellite of the tier for
+  nothing better to reconnect to.
 - `refusal`: the health port is a front like the others, closed by default (docs/security.md):
   only GET of PATHS; on a loopback bind the Host must be a loopback name (a web page whose
   name was rebound to 127.0.0.1 sends its own name: 421); a browser's Origin other than a
@@ -33,7 +36,7 @@ TIMED_OUT, STOPPED, REPLAYED = "timed_out", "stopped", "replayed"
 OUTCOMES = (ANSWERED, ASKED, NOT_UNDERSTOOD, FAILED, TIMED_OUT, STOPPED, REPLAYED)
 
 DRAINING_STATUS = 503
-DRAINING_AS_404 = "draining=404"     # the query of a prober that reads 404 as "drain"
+NOT_READY_AS_404 = "not_ready=404"   # the query of a prober that reads 404 as "drain"
 HEALTHZ, READYZ, METRICS = "/healthz", "/readyz", "/metrics"
 PATHS = (HEALTHZ, READYZ, METRICS)
 
@@ -104,9 +107,9 @@ def readiness(store_answers: bool, engine_loaded: bool, draining: bool) -> Verdi
 
 
 def as_asked(verdict: Verdict, target: str) -> Verdict:
-    """`verdict` as the prober of `target` asked to hear it: 404 for "draining" when its query
-    has `draining=404` (HAProxy's disable-on-404 convention), else unchanged."""
-    if verdict.reason == "draining" and DRAINING_AS_404 in target.partition("?")[2].split("&"):
+    """`verdict` as the prober of `target` asked to hear it: 404 for any reason not to be
+    ready when its query has `not_ready=404` (HAProxy's disable-on-404), else unchanged."""
+    if verdict.status == 503 and NOT_READY_AS_404 in target.partition("?")[2].split("&"):
         return Verdict(404, verdict.reason, verdict.message)
     return verdict
 

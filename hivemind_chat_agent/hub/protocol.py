@@ -187,7 +187,7 @@ class ChatAgentProtocol(AgentProtocol):
         return self._draining.is_set()
 
     def begin_draining(self) -> None:
-        """From now on `/readyz` says "draining" (503; 404 to `?draining=404`, what
+        """From now on `/readyz` says "draining" (503; 404 to `?not_ready=404`, what
         config/haproxy.cfg asks: docs/metrics.md), so the load balancer
         sends new satellites elsewhere. Turns already here are served as before; `drain()`
         does the rest."""
