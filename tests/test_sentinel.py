@@ -244,4 +244,3 @@ def test_behind_haproxy_a_failover_cuts_no_satellite_and_every_conversation_goes
     assert seen.registry.get_sample_value("hivemind_chat_client_reconnects_total",
                                           {"front": "openai"}) == 0
     print(f"behind haproxy: {failed} turns failed with the store, haproxy said {statuses}")
-
