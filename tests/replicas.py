@@ -6,7 +6,7 @@ and one client registered once, with the first replica's own CLI."""
 import json
 import os
 import shutil
-from typing import List, Optional
+from typing import Any, List, Optional
 
 from hubs import HubProcess, free_port
 from servers import HAProxy, RedisServer
@@ -14,12 +14,14 @@ from servers import HAProxy, RedisServer
 CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "config")
 
 
-def replica(store_url: str, clients: Optional[RedisServer] = None, **knobs) -> HubProcess:
+def replica(store_url: str, clients: Optional[Any] = None, **knobs) -> HubProcess:
     """A replica on `store_url`, its health endpoint on a free loopback port (`health_port`,
-    what haproxy checks). `clients`: the Redis whose db 1 holds the client database every
-    replica shares (config/server-replica-shared-db.json, run from the cached venv
-    redis-db-hub-5); None: a sqlite client database of its own (config/server-replica.json),
-    for a lone hub or to show what separate databases do. `shared_clients` says which."""
+    what haproxy checks). `clients`: the Redis (anything with the `port` it serves on, on
+    127.0.0.1: a RedisServer, or haproxy in front of a Sentinel's primary) whose db 1 holds
+    the client database every replica shares (config/server-replica-shared-db.json, run from
+    the cached venv redis-db-hub-5); None: a sqlite client database of its own
+    (config/server-replica.json), for a lone hub or to show what separate databases do.
+    `shared_clients` says which."""
     name = "server-replica-shared-db.json" if clients else "server-replica.json"
     with open(os.path.join(CONFIG, name)) as f:
         config = json.load(f)
