@@ -103,11 +103,33 @@ def pinned_agent(deployment, hub):
     return agent
 
 
+def idle_satellite(hub, creds):
+    """A stock hivemind-bus-client satellite connected straight to `hub` and left idle, named
+    after `creds` (hivemind-core logs its close with that name)."""
+    from hivemind_bus_client.client import HiveMessageBusClient
+    from raw_satellite import satellite_identity
+    client = HiveMessageBusClient(key=creds.key, password=creds.password, host="ws://127.0.0.1",
+                                  port=hub.port, useragent="idle", identity=satellite_identity())
+    client.connect()
+    assert wait_until(client.handshake_event.is_set, 20)
+    return client
+
+
+def closed_by_hub(hub, name) -> bool:
+    """Whether hivemind-core logged the close of client `name`'s connection (the close
+    handshake done: the satellite answered the hub's close frame)."""
+    return any("disconnecting client" in line and f"::{name}::" in line
+               for line in hub.logs().splitlines())
+
+
 def restart_one(deployment, hub, log_path, pids):
-    """SIGTERM `hub` with a turn running there and another sent to it during the drain; both
-    answered, the first by `hub`, the second by the other replica. Start it again."""
+    """SIGTERM `hub` with a turn running there, an idle stock satellite, and another turn sent
+    to it during the drain: both turns answered, the first by `hub`, the second by the other
+    replica; the idle satellite closed while `hub` still drains. Start it again."""
     name = deployment.name(hub)
     probe = pinned_agent(deployment, hub)
+    idle_name = f"idle-{name}-{len(pids[name])}"           # its own in every round
+    idle = idle_satellite(hub, deployment.hubs[0].add_client(name=idle_name))
     try:
         inflight = probe.begin([{"role": "user", "content": f"slow 4 0.5 inflight-{name}"}],
                                session_id=f"inflight-{name}")
@@ -118,6 +140,9 @@ def restart_one(deployment, hub, log_path, pids):
         assert wait_until(lambda: readyz(hub.health_port) in (404, None), 5, poll=0.01), \
             hub.logs()[-4000:]
         not_ready = time.monotonic() - signalled
+        # the idle satellite is closed by the drain at once, not by the process's exit
+        assert wait_until(lambda: closed_by_hub(hub, idle_name), 5, poll=0.02)
+        assert hub.proc.poll() is None
         assert readyz(hub.health_port, "") == 503         # what any other prober is told
         # haproxy read the 404 as "drain": no new connection, the open ones kept (NOLB)
         assert deployment.proxy.wait_until(lambda s: s[name]["status"] == "NOLB", 5), \
@@ -130,6 +155,7 @@ def restart_one(deployment, hub, log_path, pids):
         assert inflight.status.value == "answered"
     finally:
         probe.shutdown()
+        idle.close()
     code = hub.proc.wait(40)
     exited = time.monotonic() - signalled
     where = {}
