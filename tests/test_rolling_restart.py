@@ -21,6 +21,7 @@ from replicas import ReplicaSet
 from waiting import wait_until
 
 from hivemind_chat_agent import HiveMindChatAgent
+from hivemind_chat_agent.bridges.front_metrics import FrontMetrics
 
 pytestmark = pytest.mark.hub
 
@@ -128,6 +129,8 @@ def restart_one(deployment, hub, log_path, pids):
     replica; the idle satellite closed while `hub` still drains. Start it again."""
     name = deployment.name(hub)
     probe = pinned_agent(deployment, hub)
+    seen = FrontMetrics("openai")      # what a front's metrics count of the probe's client
+    probe.observe(seen)
     idle_name = f"idle-{name}-{len(pids[name])}"           # its own in every round
     idle = idle_satellite(hub, deployment.hubs[0].add_client(name=idle_name))
     try:
@@ -151,6 +154,8 @@ def restart_one(deployment, hub, log_path, pids):
         # turn reaches the draining replica, which refuses it; the client sends it again
         arrived = probe.get_response(f"slow 1 0.1 arrive-{name}", session_id=f"arrive-{name}")
         assert arrived == "slow sentence 1"
+        assert seen.registry.get_sample_value("hivemind_chat_client_resends_total",
+                                              {"front": "openai", "reason": "draining"}) >= 1
         assert list(inflight) == [f"slow sentence {i}" for i in range(1, 5)]
         assert inflight.status.value == "answered"
     finally:
