@@ -31,6 +31,8 @@ def test_a_malformed_sentinel_url_is_a_configuration_error_that_shows_the_form(u
 
 def test_no_password_is_shown():
     assert shown_url("redis://:pw@host:6379/0") == "redis://:***@host:6379/0"
+    assert shown_url("rediss://h:1/0?ssl_keyfile=/k&ssl_password=pw&Password=pw") == \
+        "rediss://h:1/0?ssl_keyfile=/k&ssl_password=***&Password=***"
     assert shown_url("redis+sentinel://u:pw@a:1,b:2/hub/0?sentinel_password=spw") == \
         "redis+sentinel://u:***@a:1,b:2/hub/0?sentinel_password=***"
     assert shown_url("redis://host:6379/0") == "redis://host:6379/0"
@@ -98,9 +100,10 @@ def ca_file(tmp_path):
 
 def test_every_tls_form_carries_the_same_settings_to_its_connections(ca_file):
     from hivemind_chat_agent.hub.redis_urls import parse_cluster_url
-    query = f"ssl_ca_certs={ca_file}&ssl_cert_reqs=Required&ssl_check_hostname=false"
+    query = (f"ssl_ca_certs={ca_file}&ssl_cert_reqs=required&ssl_check_hostname=false"
+             "&ssl_password=k3y&ssl_cert_reqs=none")      # redis-py reads a key's first value
     tls = {"ssl": True, "ssl_ca_certs": ca_file, "ssl_cert_reqs": "required",
-           "ssl_check_hostname": False}
+           "ssl_check_hostname": False, "ssl_password": "k3y"}
     assert parse_cluster_url(f"rediss+cluster://a:1,b:2?{query}")["tls"] == tls
     assert parse_sentinel_url(f"rediss+sentinel://a:1/hub?{query}&sentinel_password=x")["tls"] \
         == tls
@@ -121,8 +124,11 @@ def test_every_tls_form_carries_the_same_settings_to_its_connections(ca_file):
     ("redis+sentinel://a:1/hub?ssl_ca_certs={ca}", "rediss+sentinel://"),
     ("redis://:pw@a:1/0?ssl_ca_certs={ca}", "TLS settings but no TLS"),
     ("rediss+cluster://:pw@a:1?ssl_cert_reqs=maybe", "required, optional, none"),
+    ("rediss://:pw@a:1/0?ssl_cert_reqs=Required", "required, optional, none"),   # as redis-py
     ("rediss+sentinel://:pw@a:1/hub?ssl_ca_cert={ca}", "not known here: ssl_ca_cert"),
+    ("rediss://:pw@a:1/0?ssl_ca_cert={ca}&socket_timeout=2", "not known here: ssl_ca_cert"),
     ("redis+cluster://127.0.0.1:7000?x=1", "not known here: x"),
+    ("rediss+sentinel://a:1/hub?password=pw&ssl_password=pw", "not known here: password"),
 ])
 def test_a_tls_setting_that_cannot_work_is_refused_when_the_hub_starts(url, says, ca_file):
     with pytest.raises(ConfigurationError) as raised:

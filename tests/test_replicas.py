@@ -164,10 +164,12 @@ def test_a_turn_whose_connection_haproxy_cut_is_answered_once_and_kept_once(scri
         assert turn.status.value == "answered"
         # the metrics say so too: the engine's run counted answered where it ran, the resend
         # replayed where it landed (either replica), the client's resend and reconnect once
-        counted = [turns(scrape(h.health_port)) for h in deployment.running]
-        total = {k: sum(c[k] for c in counted) for k in counted[0]}
-        assert total == {"answered": 2, "replayed": 1, "asked": 0, "not_understood": 0,
-                         "failed": 0, "timed_out": 0, "stopped": 0}, counted
+        def total():      # a turn is counted just after its end is queued: waited for
+            counted = [turns(scrape(h.health_port)) for h in deployment.running]
+            return {k: sum(c[k] for c in counted) for k in counted[0]}
+        expected = {"answered": 2, "replayed": 1, "asked": 0, "not_understood": 0,
+                    "failed": 0, "timed_out": 0, "stopped": 0}
+        assert wait_until(lambda: total() == expected, 20), total()
         client = seen.registry.get_sample_value
         assert client("hivemind_chat_client_resends_total",
                       {"front": "openai", "reason": "lost"}) == 1

@@ -239,6 +239,8 @@ def test_behind_haproxy_a_failover_cuts_no_satellite_and_every_conversation_goes
             agent.shutdown()
     finally:
         watching.set()
+        if watcher.ident is not None:
+            watcher.join(5)
         deployment.stop()
     assert "NOLB" in statuses and "DOWN" not in statuses, statuses
     assert seen.registry.get_sample_value("hivemind_chat_client_reconnects_total",

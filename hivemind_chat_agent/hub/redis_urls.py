@@ -19,11 +19,12 @@ data nodes'; sentinels that want a password of their own take `?sentinel_passwor
 With TLS (the rediss forms) the server's certificate is verified against the system's CAs
 unless the query names others, in redis-py's words, the same on every form:
 `?ssl_ca_certs=/etc/redis/ca.crt` (the CA file), `ssl_certfile` and `ssl_keyfile` (this hub's
-own certificate, for a Redis with `tls-auth-clients yes`), `ssl_cert_reqs` (required, the
-default; optional; none) and `ssl_check_hostname` (true, the default; false). They go to every
-connection: the data nodes', sentinels' and cluster nodes'. A file that is not there, a TLS
-option on a URL without TLS, or an option not known here is a ConfigurationError when the hub
-starts, not a store that fails every turn.
+own certificate, for a Redis with `tls-auth-clients yes`; `ssl_password` the key's passphrase,
+never shown), `ssl_cert_reqs` (required, the default; optional; none) and `ssl_check_hostname`
+(true, the default; false). They go to every connection: the data nodes', sentinels' and
+cluster nodes'. A file that is not there, a TLS option on a URL without TLS, an `ssl_` option
+not known here (any option on the Sentinel and Cluster forms) is a ConfigurationError when
+the hub starts, not a store that fails every turn.
 
 On a cluster the client is redis-py's RedisCluster: it reads the slot map from the first node
 that answers and sends each key's commands to the primary serving its slot. Everything one
@@ -47,6 +48,8 @@ SCHEMES = ("redis", "rediss", "unix") + SENTINEL_SCHEMES + CLUSTER_SCHEMES
 TLS_FILES = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
 TLS_CHOICES = {"ssl_cert_reqs": ("required", "optional", "none"),
                "ssl_check_hostname": ("true", "false")}
+TLS_SECRETS = ("ssl_password",)        # the key file's passphrase: never shown
+TLS_KEYS = TLS_FILES + tuple(TLS_CHOICES) + TLS_SECRETS
 
 
 def is_cluster(url: str) -> bool:
@@ -155,48 +158,52 @@ def parse_sentinel_url(url: str) -> Dict[str, Any]:
             "tls": tls_options(url, query, others=("sentinel_password",))}
 
 
-
 def tls_options(url: str, query: Dict[str, List[str]],
                 others: Optional[Tuple[str, ...]] = ()) -> Dict[str, Any]:
     """The connection options of a URL's TLS: `{"ssl": True, ...}` with the query's TLS
-    settings for a rediss form, `{}` without TLS. ConfigurationError for a file that is not
-    there, a value not among the choices, a TLS setting without TLS, or a query key that is
-    neither a TLS setting nor one of `others` (None: any, as redis-py's from_url takes)."""
+    settings for a rediss form, `{}` without TLS, each read as redis-py reads a query (the
+    first of a repeated key, as written). ConfigurationError for a file that is not there, a
+    value not among the choices, a TLS setting without TLS, or a query key that is neither a
+    TLS setting nor one of `others`. `others` None: the redis:// and rediss:// forms, whose
+    query redis-py's from_url reads itself; then only an `ssl_` key must be known here (a
+    misspelt one would fail every connection, not the start)."""
     tls = urlsplit(url).scheme.startswith("rediss")
-    known = TLS_FILES + tuple(TLS_CHOICES) + (others or ())
-    unknown = [k for k in query if k not in known] if others is not None else []
+    unknown = [k for k in query if k not in TLS_KEYS + (others or ())
+               and (others is not None or k.startswith("ssl_"))]
     if unknown:
         raise ConfigurationError(
             f"conversation_store: {shown_url(url)} has options not known here: "
-            f"{', '.join(unknown)}; it takes {', '.join(TLS_FILES + tuple(TLS_CHOICES))}"
+            f"{', '.join(unknown)}; it takes {', '.join(TLS_KEYS)}"
             + "".join(f" and {name}" for name in others or ()))
-    given = {k: v[-1] for k, v in query.items() if k in TLS_FILES or k in TLS_CHOICES}
+    given = {k: v[0] for k, v in query.items() if k in TLS_KEYS}
     if given and not tls:
         raise ConfigurationError(
             f"conversation_store: {shown_url(url)} has TLS settings but no TLS: write rediss "
             "for redis in the scheme (rediss://, rediss+sentinel://, rediss+cluster://)")
     for name, value in given.items():
-        if name in TLS_FILES and not os.path.isfile(value):
+        if name in TLS_FILES and not (os.path.isfile(value) and os.access(value, os.R_OK)):
             raise ConfigurationError(
                 f"conversation_store: {name}={value} is not a file this hub can read")
-        if name in TLS_CHOICES and value.lower() not in TLS_CHOICES[name]:
+        if name in TLS_CHOICES and value not in TLS_CHOICES[name]:
             raise ConfigurationError(
                 f"conversation_store: {name} is one of {', '.join(TLS_CHOICES[name])}, "
                 f"not {value!r}")
-    options: Dict[str, Any] = {k: v for k, v in given.items() if k in TLS_FILES}
+    options: Dict[str, Any] = {k: v for k, v in given.items() if k not in TLS_CHOICES}
     if "ssl_cert_reqs" in given:
-        options["ssl_cert_reqs"] = given["ssl_cert_reqs"].lower()
+        options["ssl_cert_reqs"] = given["ssl_cert_reqs"]
     if "ssl_check_hostname" in given:
-        options["ssl_check_hostname"] = given["ssl_check_hostname"].lower() == "true"
+        options["ssl_check_hostname"] = given["ssl_check_hostname"] == "true"
     return {"ssl": True, **options} if tls else {}
 
 
 def shown_url(url: str) -> str:
-    """The URL as it may be logged: no password (nor a sentinel password)."""
+    """The URL as it may be logged: no password, nor the value of any query key that names
+    one (sentinel_password, ssl_password, or any other)."""
     parts = urlsplit(url)
     credentials, at, hosts = parts.netloc.rpartition("@")
     if at and ":" in credentials:
         credentials = credentials.partition(":")[0] + ":***"
-    query = "&".join(("sentinel_password=***" if pair.startswith("sentinel_password=")
-                      else pair) for pair in parts.query.split("&")) if parts.query else ""
+    query = "&".join((pair.partition("=")[0] + "=***" if "password" in
+                      pair.partition("=")[0].lower() else pair)
+                     for pair in parts.query.split("&")) if parts.query else ""
     return urlunsplit(parts._replace(netloc=credentials + at + hosts, query=query))
