@@ -8,7 +8,7 @@ from typing import Dict, List, Optional
 import redis
 import redis.cluster
 from hubs import free_port
-from servers import RedisServer, need
+from servers import RedisServer, need, replication
 from waiting import wait_until
 
 NODE_TIMEOUT_MS = 1000    # a primary silent this long is failed over to its replica
@@ -86,30 +86,18 @@ class RedisClusterSet:
 
     def replicated(self) -> bool:
         """Every primary has its `replicas` online (synced: WAIT can count them)."""
-        return all(len([r for r in self._replication(node)[0] if r.get("state") == "online"])
+        return all(len([r for r in replication(node.port)[0] if r.get("state") == "online"])
                    >= self.replicas for node in self.primaries())
 
     def in_sync(self) -> bool:
         """Every primary's replicas have all it has written (their offsets at its own): what
         was answered so far survives a primary's failover."""
         for node in self.primaries():
-            replicas, written = self._replication(node)
+            replicas, written = replication(node.port)
             if len(replicas) < self.replicas or \
                     min((r.get("offset", -1) for r in replicas), default=0) < written:
                 return False
         return True
-
-    @staticmethod
-    def _replication(node: ClusterNodeServer) -> "tuple[List[dict], int]":
-        """Primary `node`'s INFO replication: its replicas (state, offset ...) and its own
-        offset."""
-        client = node.client()
-        try:
-            info = client.info("replication")
-        finally:
-            client.close()
-        replicas = [v for k, v in info.items() if k.startswith("slave") and isinstance(v, dict)]
-        return replicas, int(info["master_repl_offset"])
 
     def node_of(self, key: str) -> int:
         """The port of the primary serving `key`'s slot now."""

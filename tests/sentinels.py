@@ -3,11 +3,11 @@ sentinels watching them, all on free loopback ports, each in a directory of its 
 by its PID. The sentinels are `redis-server CONF --sentinel` (the same binary as Debian's
 redis-sentinel), quick to judge: a primary silent for 1 s is down."""
 import os
-from typing import List, Optional, Tuple
+from typing import Optional, Tuple
 
 import redis
 from hubs import free_port
-from servers import RedisServer, ServerProcess, need, tls_arguments
+from servers import RedisServer, ServerProcess, need, replication, tls_arguments
 from waiting import wait_until
 
 SERVICE = "hub"
@@ -115,14 +115,8 @@ class SentinelSet:
     def in_sync(self) -> bool:
         """The replica has everything the primary acknowledged (Redis replicates
         asynchronously: what a killed primary had not yet sent is lost in a failover)."""
-        primary = redis.Redis(port=self.primary.port, socket_timeout=2)
-        try:
-            offset = primary.info("replication")["master_repl_offset"]
-            replicas: List[dict] = [v for k, v in primary.info("replication").items()
-                                    if k.startswith("slave") and isinstance(v, dict)]
-            return bool(replicas) and all(int(r["offset"]) >= offset for r in replicas)
-        finally:
-            primary.close()
+        replicas, offset = replication(self.primary.port)
+        return bool(replicas) and all(int(r["offset"]) >= offset for r in replicas)
 
     def stop(self) -> None:
         for server in [*self.sentinels, self.replica, self.primary]:

@@ -82,6 +82,19 @@ def redis_pid(port: int) -> Optional[int]:
         client.close()
 
 
+def replication(port: int) -> "tuple[list[dict], int]":
+    """The Redis on `port`'s INFO replication: its replicas (state, offset ...) and its own
+    offset (master_repl_offset)."""
+    import redis
+    client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=2)
+    try:
+        info = client.info("replication")
+    finally:
+        client.close()
+    replicas = [v for k, v in info.items() if k.startswith("slave") and isinstance(v, dict)]
+    return replicas, int(info["master_repl_offset"])
+
+
 class RedisServer(ServerProcess):
     """redis-server on 127.0.0.1, no persistence; `stop()` and `start()` again keep the port,
     as a Redis that goes down and comes back does."""
@@ -115,6 +128,7 @@ def tls_arguments(tls: "tuple[str, str, str]", port: Optional[int]) -> "tuple[st
     return ("--tls-port", str(port), "--tls-cert-file", cert, "--tls-key-file", key,
             "--tls-ca-cert-file", ca, "--tls-auth-clients", "optional",
             "--tls-replication", "yes")
+
 
 class HAProxy(ServerProcess):
     """haproxy in the foreground on a free loopback port, from config/haproxy.cfg with its

@@ -43,6 +43,33 @@ def timed(call, *args):
         return e, time.monotonic() - started
 
 
+def tell_names(agent, names) -> None:
+    """Each session of `names` ({session: name}) tells its name."""
+    for session, name in names.items():
+        assert name in agent.get_response(f"my name is {name}", session_id=session)
+
+
+def recalled_after_the_kill(agent, names, sentinel) -> "tuple[dict, int]":
+    """kill -9 of the primary once the replica has everything, then "what is my name" in each
+    session of `names` until each is answered (FAILOVER_BOUND at most): the answers by
+    session, and how many turns failed with the store meanwhile (any other error fails, and
+    no turn may outlast its timeout)."""
+    assert wait_until(sentinel.in_sync, 10)
+    sentinel.primary.kill()
+    remembered, failed, deadline = {}, 0, time.monotonic() + FAILOVER_BOUND
+    while len(remembered) < len(names) and time.monotonic() < deadline:
+        if failed:
+            time.sleep(PACE)
+        for session in [s for s in names if s not in remembered]:
+            started = time.monotonic()
+            try:
+                remembered[session] = agent.get_response("what is my name", session_id=session)
+            except ConversationStoreError:     # store_unavailable, while it fails over
+                failed += 1
+            assert time.monotonic() - started < 25     # the turn's timeout, never more
+    return remembered, failed
+
+
 def test_the_store_follows_the_promoted_replica_and_keeps_what_was_replicated(sentinel):
     store = RedisStore(sentinel.url, history_turns=50, history_bytes=10 ** 6, session_ttl=600)
     sessions = [f"conversation-{i}" for i in range(CONVERSATIONS)]
@@ -100,24 +127,8 @@ def test_conversations_through_a_hub_continue_with_their_history_after_the_failo
         agent = HiveMindChatAgent(creds.agent_config(timeout=20))
         names = {f"room-{i}": name for i, name in enumerate(NAMES)}
         try:
-            for session, name in names.items():
-                assert name in agent.get_response(f"my name is {name}", session_id=session)
-            assert wait_until(sentinel.in_sync, 10)
-            sentinel.primary.kill()
-            remembered, failed, deadline = {}, 0, time.monotonic() + FAILOVER_BOUND
-            while len(remembered) < len(names) and time.monotonic() < deadline:
-                if failed:
-                    time.sleep(PACE)
-                for session in names:
-                    if session in remembered:
-                        continue
-                    started = time.monotonic()
-                    try:
-                        remembered[session] = agent.get_response("what is my name",
-                                                                 session_id=session)
-                    except ConversationStoreError:     # store_unavailable, while it fails over
-                        failed += 1
-                    assert time.monotonic() - started < 25     # the turn's timeout, never more
+            tell_names(agent, names)
+            remembered, failed = recalled_after_the_kill(agent, names, sentinel)
             assert remembered == {s: f"Your name is {n}." for s, n in names.items()}
             print(f"through the hub: {failed} turns failed with the store while it failed over")
         finally:
@@ -219,21 +230,10 @@ def test_behind_haproxy_a_failover_cuts_no_satellite_and_every_conversation_goes
         agent.observe(seen)
         try:
             names = {f"room-{i}": name for i, name in enumerate(NAMES[:5])}
-            for session, name in names.items():
-                assert name in agent.get_response(f"my name is {name}", session_id=session)
+            tell_names(agent, names)
             deployment.add_replica()
-            assert wait_until(sentinel.in_sync, 10)
             watcher.start()
-            sentinel.primary.kill()
-            remembered, failed, deadline = {}, 0, time.monotonic() + FAILOVER_BOUND
-            while len(remembered) < len(names) and time.monotonic() < deadline:
-                for session in [s for s in names if s not in remembered]:
-                    try:
-                        remembered[session] = agent.get_response("what is my name",
-                                                                 session_id=session)
-                    except ConversationStoreError:
-                        failed += 1
-                        time.sleep(PACE)
+            remembered, failed = recalled_after_the_kill(agent, names, sentinel)
             assert remembered == {s: f"Your name is {n}." for s, n in names.items()}
         finally:
             agent.shutdown()

@@ -188,9 +188,7 @@ def tls_options(url: str, query: Dict[str, List[str]],
             raise ConfigurationError(
                 f"conversation_store: {name} is one of {', '.join(TLS_CHOICES[name])}, "
                 f"not {value!r}")
-    options: Dict[str, Any] = {k: v for k, v in given.items() if k not in TLS_CHOICES}
-    if "ssl_cert_reqs" in given:
-        options["ssl_cert_reqs"] = given["ssl_cert_reqs"]
+    options: Dict[str, Any] = {k: v for k, v in given.items() if k != "ssl_check_hostname"}
     if "ssl_check_hostname" in given:
         options["ssl_check_hostname"] = given["ssl_check_hostname"] == "true"
     return {"ssl": True, **options} if tls else {}
