@@ -522,10 +522,11 @@ def test_redis_stopped_and_restarted_under_load_fails_turns_cleanly_then_nothing
 def test_a_begin_written_early_reads_as_the_begin_and_its_connection_is_kept(redis_server,
                                                                              tmp_path):
     """RedisStore.send_begin (the IO loop writes a turn's begin as a free worker takes the
-    turn) never connects: nothing until a worker's `refill` after a turn has connected a
-    connection for it; then the worker reads what a begin would have, on the same connection
-    each time; a kept connection that Redis closed meanwhile is dropped, never written to,
-    and the next refill connects another. The memory store never sends early."""
+    turn) never connects: nothing until a worker's round trip has connected a connection and
+    kept it (hub/redis_connections.py); then the worker reads what a begin would have, on the
+    same connection each time; a kept connection that Redis closed meanwhile is dropped, never
+    written to, and the next round trip on a worker connects another. The memory store never
+    sends early."""
     from hivemind_chat_agent.hub.conversation_store import RUNNING
     memory = open_store("memory", 2, 256, 60, data_home=lambda: str(tmp_path))
     assert memory.send_begin("s", "t0", "c") is None
@@ -538,8 +539,6 @@ def test_a_begin_written_early_reads_as_the_begin_and_its_connection_is_kept(red
     assert first.record is None
     store.finish("s", "t0", Exchange("hi", "hello", ANSWERED), ["hello"], first.history,
                  keep_exchange=True, client="c")
-    assert store.send_begin("s", "t1", client="c") is None         # not refilled yet
-    store.refill()
     connections = set()
     for turn in ("t1", "t2"):
         sent = store.send_begin("s", turn, client="c")
@@ -562,10 +561,9 @@ def test_a_begin_written_early_reads_as_the_begin_and_its_connection_is_kept(red
     redis_server.stop()
     redis_server.start()                     # the kept connection was closed by the restart
     assert store.send_begin("s", "t3", client="c") is None
-    third = store.begin("s", "t3", client="c")
-    assert third.record is None and store.send_begin("s", "t4", client="c") is None
-    store.refill()
-    assert store.send_begin("s", "t4", client="c") is not None    # connected again
+    third = store.begin("s", "t3", client="c")      # on its worker: connected again, kept
+    assert third.record is None
+    assert store.send_begin("s", "t4", client="c") is not None
     store.close()
 
 
@@ -590,67 +588,3 @@ def test_a_turn_begun_early_that_then_does_not_run_gives_its_record_up(redis_ser
         assert a.pump_until(lambda: len(a.protocol.open_turns) == 0)     # abandoned
     assert sent and sent[0] is not None
     assert a.ask("hello", turn_id="t1") == ["hello there"]
-
-
-def test_the_early_round_trips_packer_writes_the_bytes_redis_pys_would():
-    """The IO loop packs an early begin with hiredis's packer directly (hub/redis_early.py);
-    the bytes are redis-py's own, for every kind of argument a begin carries."""
-    import time
-
-    import redis
-
-    from hivemind_chat_agent.hub import redis_early
-    commands = (("GET", "hivemind-chat:session:ünïcode-s"),
-                ("LRANGE", "hivemind-chat:history:s", 0, -1),
-                ("SET", "hivemind-chat:turn:1:s:t", '{"state": "running"}', "NX", "EX", 600),
-                ("ZADD", "hivemind-chat:turns:c", time.time(), "s:t"),
-                ("ZADD", "hivemind-chat:turns:c", 1e16 + 0.5, "s:t"), ("ZCARD", "x"))
-    connection = redis.Connection()
-    assert redis_early._pack_command is not None        # the [redis] extra has hiredis
-    assert b"".join(redis_early._packed(connection, commands)) == \
-        b"".join(connection.pack_commands(commands))
-
-
-def test_an_early_connection_is_written_to_only_when_surely_fit():
-    """hub/redis_early.EarlyConnections: a kept connection idle past IDLE_AT_MOST, closed by
-    its peer, or with data to read is dropped instead of written to; the check is a poll,
-    which also works for descriptors past 1023 (select() refuses them)."""
-    import os
-    import socket
-
-    from hivemind_chat_agent.hub import redis_early
-
-    class Connection:
-        def __init__(self, sock):
-            self._sock, self.sent, self.closed = sock, [], False
-
-        def send_packed_command(self, packed, check_health=True):
-            self.sent.append(b"".join(packed))
-
-        def disconnect(self):
-            self.closed = True
-
-    now = [0.0]
-    early = redis_early.EarlyConnections(pool=None, clock=lambda: now[0])
-    ours, redis_end = socket.socketpair()
-    high = os.dup2(ours.fileno(), 1500)               # a hub with a thousand satellites
-    sock = socket.socket(fileno=high)
-    try:
-        kept = Connection(sock)
-        early._owned, early._idle = 1, [(kept, 0.0)]
-        sent = early.send((("GET", "k"),))
-        assert sent is not None and kept.sent == [b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n"]
-        early._keep(kept)
-        now[0] = redis_early.IDLE_AT_MOST + 1                 # idle too long: not written
-        assert early.send((("GET", "k"),)) is None and kept.closed and early._owned == 0
-        for stale in (b"+stray\r\n", None):                  # data to read, or closed
-            fresh = Connection(sock)
-            early._owned, early._idle = 1, [(fresh, now[0])]
-            if stale is None:
-                redis_end.close()
-            else:
-                redis_end.sendall(stale)
-            assert early.send((("GET", "k"),)) is None and fresh.closed and not fresh.sent
-    finally:
-        sock.close()
-        ours.close()

@@ -59,7 +59,7 @@ def test_a_redis_store_keeps_the_conversation_through_a_hub_restart(generation, 
                                                                     tmp_path):
     """The plugin on a real redis-server in the real `hivemind-core listen` of each
     generation (5.x's replicas tests run only 5.x): the history is Redis's, so a restarted hub
-    process goes on with it; and the turns began early (hub/redis_early.py: the IO loop wrote
+    process goes on with it; and the turns began early (hub/redis_connections.py: the IO loop wrote
     each begin, a worker read it), which on 4.0 is tornado's loop: after turns one at a time,
     no connection of the hub sits unused since it connected, as the one kept for the next
     early begin would if the IO loop never wrote to it."""

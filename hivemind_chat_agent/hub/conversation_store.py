@@ -81,9 +81,6 @@ class ConversationStore(Protocol):
     def unclaim(self, session_id: str, turn_id: str, client: str = "") -> None:
         """The record `begin` claimed for a turn that then did not run is given up."""
 
-    def refill(self) -> None:
-        """Worker, a turn's job done: whatever makes the next `send_begin` possible."""
-
     def finish(self, session_id: str, turn_id: str, exchange: Exchange, sentences: List[str],
                earlier: List[Exchange], keep_exchange: bool, client: str = "") -> None:
         """A turn this hub ran ended: its exchange joins the history (if `keep_exchange`,
@@ -172,9 +169,6 @@ class MemoryStore:
     def unclaim(self, session_id: str, turn_id: str, client: str = "") -> None:
         with self._lock:
             self.turns.release(session_id, turn_id)
-
-    def refill(self) -> None:
-        """Nothing: `send_begin` is never used here."""
 
     def keep_session(self, session_id: str, session: Dict[str, Any], client: str = "") -> None:
         """Nothing to do: the engine's Session is in SessionManager already."""

@@ -1,6 +1,7 @@
-"""One round trip of the Redis store (hub/redis_store.py): commands packed on one pooled
-connection, on one Redis or on the cluster node serving their slot, optionally followed by
-`WAIT` for a replica (durable mode); and the store's errors, typed and without a password.
+"""One round trip of the Redis store (hub/redis_store.py): commands packed on one connection, of
+the store's own on one Redis (hub/redis_connections.py) or of redis-py's pool of the cluster
+node serving their slot, optionally followed by `WAIT` for a replica (durable mode); and the
+store's errors, typed and without a password.
 
 Why not redis-py's pipeline objects: they cost this hub twice the CPU per turn
 (benchmarks/bench_store.py; the begin and the end of every turn come here). Why not a cluster
@@ -14,11 +15,14 @@ not run, and all of a round trip's commands are of one slot, so none of them was
 does not answer also refreshes the map (the next turn finds the promoted replica) and fails the
 call, like a single Redis that does not answer.
 """
-from typing import Any, List, Tuple, Type
+from typing import TYPE_CHECKING, Any, List, Optional, Tuple, Type
 
 import redis
 
 from hivemind_chat_agent.errors import ConversationStoreError
+
+if TYPE_CHECKING:
+    from hivemind_chat_agent.hub.redis_connections import KeptConnections
 
 # what redis-py raises when the store does not answer or refuses: RedisClusterException is not
 # a RedisError (a cluster without a node that answers, a slot no node serves)
@@ -28,13 +32,16 @@ DURABLE_WAIT_MS = 1000   # a durable write waits this long at most for one repli
 
 
 class RoundTrips:
-    """`run` and `script` for one client (redis.Redis, or a RedisCluster when `cluster`);
-    `where` is the store's URL without its password, for error messages."""
+    """`run` and `script` for one client (redis.Redis, or a RedisCluster when `cluster`), on
+    `kept`'s connections when it has them (one Redis, Sentinel); `where` is the store's URL
+    without its password, for error messages."""
 
-    def __init__(self, client: Any, cluster: bool, where: str):
+    def __init__(self, client: Any, cluster: bool, where: str,
+                 kept: Optional["KeptConnections"] = None):
         self.redis = client
         self.cluster = cluster
         self.where = where
+        self._kept = kept
 
     def run(self, *commands: tuple, durable: bool = False) -> List[Any]:
         """`commands` in one round trip, their replies in order. `durable`: then `WAIT 1` on
@@ -62,6 +69,13 @@ class RoundTrips:
 
     def _send(self, commands: Tuple[tuple, ...]) -> List[Any]:
         """A connection that failed is dropped, never handed back with unread replies."""
+        if self._kept is not None:
+            try:
+                return self._kept.round_trip(commands)
+            except redis.exceptions.NoScriptError:
+                raise
+            except STORE_ERRORS as e:
+                raise self.error(e) from None
         try:
             pool = self._pool(commands[0])
             try:

@@ -54,7 +54,7 @@ from hivemind_chat_agent.hub.conversation_store import (
     record_from_json,
     record_to_json,
 )
-from hivemind_chat_agent.hub.redis_early import EarlyConnections, SentRound
+from hivemind_chat_agent.hub.redis_connections import KeptConnections, SentRound
 from hivemind_chat_agent.hub.redis_keys import (
     SECRET,
     alive_key,
@@ -87,9 +87,10 @@ class RedisStore:
         self._redis = redis_client(
             url, socket_timeout=REDIS_TIMEOUT, socket_connect_timeout=REDIS_TIMEOUT,
             health_check_interval=30, decode_responses=True)
-        self._rounds = RoundTrips(self._redis, cluster, self._where)
-        # the begin's early round trips (`send_begin`): not on a cluster (hub/redis_early.py)
-        self._early = None if cluster else EarlyConnections(self._redis.connection_pool)
+        # the store's own connections, for its round trips and the begin's early ones
+        # (`send_begin`): not on a cluster (hub/redis_connections.py)
+        self._kept = None if cluster else KeptConnections(self._redis.connection_pool)
+        self._rounds = RoundTrips(self._redis, cluster, self._where, self._kept)
         self._prefix = prefixer(cluster)
         self.durable = durable
         self.history_turns = history_turns
@@ -132,9 +133,9 @@ class RedisStore:
         with many turns at once), in one round trip; the rest of the bookkeeping waits for
         `finish`, after the answer. `sent`: what `send_begin` wrote for this turn, whose
         replies are read here instead."""
-        if sent is not None and self._early is not None:
+        if sent is not None and self._kept is not None:
             try:
-                replies = self._early.read(sent)
+                replies = self._kept.read(sent)
             except STORE_ERRORS as e:
                 raise self._rounds.error(e) from None
         else:
@@ -150,10 +151,10 @@ class RedisStore:
         so that Redis answers while the worker picks the turn up (bench_store.py: the round
         trip otherwise comes after the hand-off); None when writing would wait (no connection
         kept for it yet, the heartbeat's first write not made) and on a cluster
-        (hub/redis_early.py): the worker begins as usual."""
-        if self._heartbeat is None or self._early is None:
+        (hub/redis_connections.py): the worker begins as usual."""
+        if self._heartbeat is None or self._kept is None:
             return None
-        return self._early.send(tuple(self._begin_commands(session_id, turn_id, client)))
+        return self._kept.send(tuple(self._begin_commands(session_id, turn_id, client)))
 
     def unclaim(self, session_id: str, turn_id: str, client: str = "") -> None:
         """A record this hub claimed for a turn it did not run after all (it ended while
@@ -165,12 +166,6 @@ class RedisStore:
         self._script("UNCLAIM", prefix,
                      [turn_key(prefix, session_id, turn_id), turns_key(prefix, client)],
                      [self._running, member(session_id, turn_id)])
-
-    def refill(self) -> None:
-        """Worker, after a turn's job: a connection made ready for the next turn's early
-        begin if none is at hand (never on the IO loop, where `finish` may run too)."""
-        if self._early is not None:
-            self._early.stock()
 
     def _begin_commands(self, session_id: str, turn_id: str, client: str) -> List[tuple]:
         """`begin`'s commands: the Session, the history, and the claim (for a turn id)."""
@@ -310,8 +305,8 @@ class RedisStore:
 
     def close(self) -> None:
         self._closed.set()
-        if self._early is not None:
-            self._early.close()
+        if self._kept is not None:
+            self._kept.close()
         self._pinger.close()
         try:
             self._redis.delete(alive_key(self.owner))   # its turns are free to take over now

@@ -67,7 +67,6 @@ def run_turn(host: RunnerHost, turn: HubTurn) -> None:
         _keep_session(host.store, turn.session_id, began, turn.store_client)
     finally:
         host.satellites.forget_if_untracked(turn.session_id)
-        host.store.refill()        # the next turn's begin may go out as it is queued
 
 
 def _give_up_begin(store: ConversationStore, turn: HubTurn) -> None:
