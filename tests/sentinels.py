@@ -1,7 +1,8 @@
 """Redis Sentinel from Debian's redis-server, for tests: a primary, a replica and three
 sentinels watching them, all on free loopback ports, each in a directory of its own and stopped
-by its PID. The sentinels are `redis-server CONF --sentinel` (the same binary as Debian's
-redis-sentinel), quick to judge: a primary silent for 1 s is down."""
+by its PID. The sentinels are Debian's redis-sentinel (its package's binary, run with a config
+of the test's own; the package's service is not used), quick to judge: a primary silent for
+1 s is down."""
 import os
 from typing import Optional, Tuple
 
@@ -40,8 +41,7 @@ class SentinelProcess(ServerProcess):
                 options = tls_arguments(self.tls, self.tls_port)
                 f.writelines(f"{name[2:]} {value}\n"
                              for name, value in zip(options[::2], options[1::2], strict=True))
-        self.spawn([need("redis-server"), conf, "--sentinel"], "sentinel.log",
-                   self.answers_as_redis)
+        self.spawn([need("redis-sentinel"), conf], "sentinel.log", self.answers_as_redis)
         return self
 
     def client(self) -> redis.Redis:
