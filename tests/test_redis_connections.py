@@ -118,6 +118,36 @@ def test_a_connection_redis_closed_is_never_written_to(store):
     assert store.kept._idle[0][0] not in connections
 
 
+def test_a_connection_the_pool_would_no_longer_keep_is_never_written_to(store, monkeypatch):
+    """Under Sentinel redis-py's pool keeps only connections to the primary the sentinels named
+    last (owns_connection); a kept connection it would not keep (a primary cut off from the
+    sentinels, still reachable from the hub) is dropped, on the worker's and the IO loop's
+    path alike."""
+    store.rounds.run(("PING",))
+    old = store.kept._idle[0][0]
+    pool = store.client.connection_pool
+    monkeypatch.setattr(pool, "owns_connection", lambda connection: connection is not old)
+    assert store.kept.send((("PING",),)) is None            # the IO loop: not written to
+    assert store.rounds.run(("PING",)) == ["PONG"]           # the worker: a new one
+    assert [c for c, _ in store.kept._idle] != [old] and old._sock is None
+
+
+def test_a_redis_that_became_a_replica_is_left_for_a_new_connection(store):
+    """READONLY (the Redis behind the URL was demoted): the round trip fails with
+    ConversationStoreError and no kept connection is used again; once it is a primary again
+    the next round trip works."""
+    for connection in [store.kept._borrow() for _ in range(3)]:
+        store.kept._keep(connection)
+    store.probe.replicaof("127.0.0.1", 1)                     # a primary that never answers
+    try:
+        with pytest.raises(ConversationStoreError, match="READONLY|replica"):
+            store.rounds.run(("SET", "k", "v"))
+        assert store.kept._idle == []
+    finally:
+        store.probe.replicaof("NO", "ONE")
+    assert store.rounds.run(("SET", "k", "v")) == ["OK"]
+
+
 def test_a_round_trip_that_fails_drops_every_kept_connection(redis_server):
     """Redis stops answering (SIGSTOP) during a round trip: it fails within the socket
     timeout with ConversationStoreError, and the other kept connections go too (as likely to
@@ -186,8 +216,12 @@ def test_an_early_connection_is_written_to_only_when_surely_fit():
         def disconnect(self):
             self.closed = True
 
+    class Pool:          # every connection still one it would keep
+        def owns_connection(self, connection):
+            return True
+
     now = [0.0]
-    early = redis_connections.KeptConnections(pool=None, clock=lambda: now[0])
+    early = redis_connections.KeptConnections(pool=Pool(), clock=lambda: now[0])
     ours, redis_end = socket.socketpair()
     high = os.dup2(ours.fileno(), 1500)               # a hub with a thousand satellites
     sock = socket.socket(fileno=high)

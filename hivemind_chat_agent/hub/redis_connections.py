@@ -43,9 +43,9 @@ try:      # the [redis] extra's C packer, called directly on the IO loop (see `_
 except ImportError:     # redis-py without hiredis: its own packer
     _pack_command = None
 
-KEPT_CONNECTIONS = 8     # connections kept idle at most (round trips at once beyond this many
-                         # connect their own, closed after; early begins beyond it begin on
-                         # their worker)
+KEPT_CONNECTIONS = 32    # connections kept idle at most: above the hub's workers and the IO
+                         # loop's own round trips at once (beyond it each would connect and
+                         # close again: TCP, TLS, AUTH, under Sentinel the sentinels asked)
 IDLE_AT_MOST = 30.0      # seconds a kept connection may idle and still be written to (the
                          # store's redis-py health_check_interval)
 
@@ -79,7 +79,7 @@ class KeptConnections:
         if connection is None:
             return None
         try:
-            if self._clock() - since > IDLE_AT_MOST or not _open_and_quiet(connection):
+            if self._clock() - since > IDLE_AT_MOST or not self._fit(connection):
                 raise ConnectionError("the connection may be stale")
             connection.send_packed_command(_packed(connection, commands), check_health=False)
         except Exception as e:   # whatever it was, the worker's own round trip follows
@@ -115,15 +115,25 @@ class KeptConnections:
                 connection = self._idle.pop()[0] if self._idle else None
             if connection is None:
                 return self._connected()
-            if _open_and_quiet(connection):
+            if self._fit(connection):
                 return connection
             self._drop(connection)
+
+    def _fit(self, connection: Any) -> bool:
+        """Open and quiet, and still one the pool would keep: under Sentinel, connected to the
+        primary the sentinels named last (redis-py's pool drops the others as the primary
+        changes; a kept one to a primary cut off from the sentinels would write where a
+        failover loses it)."""
+        return self._pool.owns_connection(connection) and _open_and_quiet(connection)
 
     def _replies(self, connection: Any, commands: Tuple[tuple, ...]) -> List[Any]:
         replies = []
         try:
             for _ in commands:
                 replies.append(connection.read_response())
+        except redis.exceptions.ReadOnlyError:   # a replica now (under Sentinel a
+            self._failed(connection)               # ConnectionError already): connect afresh
+            raise
         except redis.exceptions.ResponseError:
             if len(replies) + 1 < len(commands):  # replies left unread: not reusable
                 self._drop(connection)
