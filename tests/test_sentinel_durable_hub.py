@@ -88,16 +88,19 @@ def lag_the_replica(sentinel: SentinelSet) -> None:
 def fail_over(sentinel: SentinelSet, durable: bool) -> None:
     """kill -9 of the primary, the replica going on, and its promotion; durable: the old
     primary back (empty, as after a disk loss) as the promoted one's replica, since a durable
-    write needs one to acknowledge it. Back as a replica, as an operator brings a lost node
-    back: an empty one back as a primary is what the sentinels fail over to if they once think
-    the promoted one down (down-after-milliseconds is 1 s here; seen on a loaded machine), and
-    the promoted one, made its replica, then drops everything."""
+    write needs one to acknowledge it; with replica-priority 0, so that it is never promoted.
+    With down-after-milliseconds at 1 s the sentinels often think a just-promoted primary down
+    for a moment (their ping period is that second too) and fail over again: to the returning
+    node if it may be chosen, still empty (a diskless full sync waits 5 s), and the promoted
+    one, made its replica, drops everything (seen twice, once with the node back as a primary,
+    once as a plain replica)."""
     promoted = ("127.0.0.1", sentinel.replica.port)
     sentinel.primary.kill()
     os.kill(sentinel.replica.process.pid, signal.SIGCONT)
     assert wait_until(lambda: sentinel.primary_address() == promoted, FAILOVER_BOUND)
     if durable:
-        sentinel.primary.extra += ("--replicaof", *map(str, promoted))
+        sentinel.primary.extra += ("--replicaof", *map(str, promoted),
+                                   "--replica-priority", "0")
         sentinel.primary.start()
 
 
