@@ -34,7 +34,7 @@ class Store:
                                            socket_timeout=socket_timeout,
                                            health_check_interval=30)
         self.kept = redis_connections.KeptConnections(self.client.connection_pool)
-        self.rounds = RoundTrips(self.client, False, server.url, self.kept)
+        self.rounds = RoundTrips(self.client, server.url, self.kept)
         self.probe = redis.Redis(port=server.port, decode_responses=True)
 
     def connected(self) -> int:

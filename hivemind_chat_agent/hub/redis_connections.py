@@ -201,7 +201,7 @@ def _open_and_quiet(connection: Any) -> bool:
 
 def _packed(connection: Any, commands: Tuple[tuple, ...]) -> List[bytes]:
     """`commands` in the protocol's bytes, as `connection.pack_commands` makes them (same
-    bytes: tests/test_conversation_store.py); through hiredis's packer directly where it is
+    bytes: tests/test_redis_connections.py); through hiredis's packer directly where it is
     installed, two thirds of the time on the IO loop."""
     if _pack_command is None:
         return connection.pack_commands(commands)

@@ -32,14 +32,12 @@ DURABLE_WAIT_MS = 1000   # a durable write waits this long at most for one repli
 
 
 class RoundTrips:
-    """`run` and `script` for one client (redis.Redis, or a RedisCluster when `cluster`), on
-    `kept`'s connections when it has them (one Redis, Sentinel); `where` is the store's URL
-    without its password, for error messages."""
+    """`run` and `script` for one client: on `kept`'s connections (redis.Redis: one Redis,
+    Sentinel), or, without them, a RedisCluster's, each round trip on the pool of the node
+    serving its slot; `where` is the store's URL without its password, for error messages."""
 
-    def __init__(self, client: Any, cluster: bool, where: str,
-                 kept: Optional["KeptConnections"] = None):
+    def __init__(self, client: Any, where: str, kept: Optional["KeptConnections"] = None):
         self.redis = client
-        self.cluster = cluster
         self.where = where
         self._kept = kept
 
@@ -68,7 +66,8 @@ class RoundTrips:
         return replies
 
     def _send(self, commands: Tuple[tuple, ...]) -> List[Any]:
-        """A connection that failed is dropped, never handed back with unread replies."""
+        """A connection that failed is dropped, never handed back with unread replies (the
+        kept connections: hub/redis_connections.py; a cluster node's pool: here)."""
         if self._kept is not None:
             try:
                 return self._kept.round_trip(commands)
@@ -100,21 +99,19 @@ class RoundTrips:
             pool.release(connection)
 
     def _pool(self, first: tuple) -> Any:
-        """The connection pool of the Redis that serves `first`'s key (every command of a
-        round trip is of one slot): the one Redis, or the primary of that slot."""
-        if not self.cluster:
-            return self.redis.connection_pool
+        """The connection pool of the primary serving `first`'s slot (every command of a
+        round trip is of one slot)."""
         key = first[3] if first[0] == "EVALSHA" else first[1]
         node = self.redis.nodes_manager.get_node_from_slot(self.redis.keyslot(key))
         return self.redis.get_redis_connection(node).connection_pool
 
     def _refresh(self) -> None:
-        """Cluster: read the slot map again (after MOVED, or a node that did not answer)."""
-        if self.cluster:
-            try:
-                self.redis.nodes_manager.initialize()
-            except STORE_ERRORS:
-                pass      # no node answers: the next call tries again
+        """Cluster: read the slot map again (after MOVED, or a node that did not answer; the
+        kept connections' path raises neither here)."""
+        try:
+            self.redis.nodes_manager.initialize()
+        except STORE_ERRORS:
+            pass      # no node answers: the next call tries again
 
     def script(self, script: Any, prefix: str, keys: List[str], args: List[Any]) -> Any:
         """One of hub/redis_scripts.py's scripts (a registered redis-py Script), its first

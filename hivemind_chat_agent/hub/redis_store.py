@@ -90,7 +90,7 @@ class RedisStore:
         # the store's own connections, for its round trips and the begin's early ones
         # (`send_begin`): not on a cluster (hub/redis_connections.py)
         self._kept = None if cluster else KeptConnections(self._redis.connection_pool)
-        self._rounds = RoundTrips(self._redis, cluster, self._where, self._kept)
+        self._rounds = RoundTrips(self._redis, self._where, self._kept)
         self._prefix = prefixer(cluster)
         self.durable = durable
         self.history_turns = history_turns
