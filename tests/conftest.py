@@ -169,6 +169,15 @@ def warnings_of_ours(monkeypatch):
 
 
 @pytest.fixture
+def redis_server(tmp_path):
+    """A redis-server of the test's own on a free loopback port (tests/servers.py)."""
+    from servers import RedisServer
+    server = RedisServer(str(tmp_path / "redis")).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
 def redis_tls(tmp_path):
     """(CA file, certificate, key) for Redis servers on 127.0.0.1: a CA made for this test
     (tests/test_tls.py's `issue`) and a certificate it signed for that address."""

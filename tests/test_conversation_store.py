@@ -11,7 +11,6 @@ import pytest
 from engines import ScriptEngine
 from ovos_bus_client.message import Message
 from ovos_bus_client.session import SessionManager
-from servers import RedisServer
 from waiting import wait_until
 
 from hivemind_chat_agent import ChatAgentProtocol
@@ -85,13 +84,6 @@ class Replica:
         self.protocol.shutdown()
         self.loop.close()
         asyncio.set_event_loop(None)
-
-
-@pytest.fixture
-def redis_server(tmp_path):
-    server = RedisServer(str(tmp_path / "redis")).start()
-    yield server
-    server.stop()
 
 
 BOTH = pytest.mark.parametrize("shared_redis", ["redis", "cluster"], indirect=True)

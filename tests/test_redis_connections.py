@@ -10,19 +10,11 @@ import time
 
 import pytest
 import redis
-from servers import RedisServer
 
 from hivemind_chat_agent.errors import ConversationStoreError
 from hivemind_chat_agent.hub import redis_connections
 from hivemind_chat_agent.hub.redis_rounds import RoundTrips
 from hivemind_chat_agent.hub.redis_store import _Script
-
-
-@pytest.fixture
-def redis_server(tmp_path):
-    server = RedisServer(str(tmp_path / "redis")).start()
-    yield server
-    server.stop()
 
 
 class Store:
