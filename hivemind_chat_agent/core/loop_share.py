@@ -23,7 +23,7 @@ sets, not as fast as it can send. Refusals are what a flood costs the others mos
 (docs/performance.md, genuine ovos-core behind 5.x): unpaced, 1300 a second slowed the other
 satellites' turns more than the flood's answered utterances did; after pauses of 5 ms (about
 350 refusals a second) the other's turn met 1.2x in 4 of 9 runs; after 20 ms (about 100 a
-second) in 5 of 5, while the flood's utterances reaching OVOS stayed at 5-10 a round either
+second) in 7 of 7, while the flood's utterances reaching OVOS stayed at 5-10 a round either
 way. A satellite within its bounds is never refused, so never paused.
 """
 from typing import Any, Callable, Mapping, Optional, Tuple
