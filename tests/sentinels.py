@@ -118,6 +118,19 @@ class SentinelSet:
         replicas, offset = replication(self.primary.port)
         return bool(replicas) and all(int(r["offset"]) >= offset for r in replicas)
 
+    def bring_back_primary(self, replica_of: Optional[Tuple[str, int]] = None) -> None:
+        """The killed primary started again on its port, empty (no persistence here): a master
+        in its own eyes until the sentinels convert it, or `replica_of`'s replica from the
+        start; either way with replica-priority 0. With down-after-milliseconds at 1 s the
+        sentinels may think a just-promoted primary down for a moment on a loaded machine and
+        fail over again: to this node, still empty, if it may be chosen, and the promoted one,
+        made its replica, drops everything (seen twice in test_sentinel_durable_hub, once with
+        the node back as a primary, once as a plain replica)."""
+        self.primary.extra += ("--replica-priority", "0")
+        if replica_of is not None:
+            self.primary.extra += ("--replicaof", *map(str, replica_of))
+        self.primary.start()
+
     def stop(self) -> None:
         for server in [*self.sentinels, self.replica, self.primary]:
             server.stop()

@@ -89,12 +89,9 @@ def test_the_client_database_follows_the_primary_through_a_failover(tier):
         finally:
             agent.shutdown()
     # the old primary back, as after a reboot: a master in its own eyes until Sentinel's
-    # conversion, and never counted up by haproxy while it is one. replica-priority 0: the
-    # sentinels (down-after 1 s) may once think the promoted one down on a loaded machine and
-    # fail over again, and an empty node they may choose would wipe it (the durable test's
-    # fail_over saw it happen with a node back as a primary)
-    sentinel.primary.extra += ("--replica-priority", "0")
-    sentinel.primary.start()
+    # conversion, and never counted up by haproxy while it is one (never promoted either:
+    # SentinelSet.bring_back_primary says why)
+    sentinel.bring_back_primary()
     both, until = set(), time.monotonic() + 25
     while time.monotonic() < until:
         servers = primary.servers()

@@ -88,20 +88,15 @@ def lag_the_replica(sentinel: SentinelSet) -> None:
 def fail_over(sentinel: SentinelSet, durable: bool) -> None:
     """kill -9 of the primary, the replica going on, and its promotion; durable: the old
     primary back (empty, as after a disk loss) as the promoted one's replica, since a durable
-    write needs one to acknowledge it; with replica-priority 0, so that it is never promoted.
-    With down-after-milliseconds at 1 s the sentinels often think a just-promoted primary down
-    for a moment (their ping period is that second too) and fail over again: to the returning
-    node if it may be chosen, still empty (a diskless full sync waits 5 s), and the promoted
-    one, made its replica, drops everything (seen twice, once with the node back as a primary,
-    once as a plain replica)."""
+    write needs one to acknowledge it; never promoted (SentinelSet.bring_back_primary: a
+    diskless full sync waits 5 s, and a second failover to it meanwhile would wipe the
+    promoted one)."""
     promoted = ("127.0.0.1", sentinel.replica.port)
     sentinel.primary.kill()
     os.kill(sentinel.replica.process.pid, signal.SIGCONT)
     assert wait_until(lambda: sentinel.primary_address() == promoted, FAILOVER_BOUND)
     if durable:
-        sentinel.primary.extra += ("--replicaof", *map(str, promoted),
-                                   "--replica-priority", "0")
-        sentinel.primary.start()
+        sentinel.bring_back_primary(replica_of=promoted)
 
 
 def histories(agent: HiveMindChatAgent) -> "dict[str, list[str]]":
